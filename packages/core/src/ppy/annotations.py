@@ -1,0 +1,153 @@
+"""The annotation model: ``ppy.Shape`` and ``ppy.DType``.
+
+They are metadata inside ``typing.Annotated`` and do nothing at run time; the
+build reads them from the source (see ``ppy.discovery``), and the jax plugin's
+worker reads them again from the live annotations to catch disagreement.
+Validation happens at construction so that a typo fails where it is written,
+under plain ``python`` as well as under ``ppy build``.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Final
+
+__all__ = ["DTYPE_NAMES", "DType", "Shape", "check_dim", "check_dtype"]
+
+#: Element types a staged input may have, spelled as numpy/jax name them.
+DTYPE_NAMES: Final[frozenset[str]] = frozenset(
+    {
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "bfloat16",
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
+        "float8_e4m3fn",
+        "float8_e5m2",
+    }
+)
+
+_DIM_OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)
+_DIM_FUNCTIONS = frozenset({"max", "min"})
+
+
+def _check_dim_node(node: ast.expr, text: str) -> None:
+    if isinstance(node, ast.Name):
+        return
+    if isinstance(node, ast.Constant) and type(node.value) is int and node.value >= 0:
+        return
+    if isinstance(node, ast.BinOp) and isinstance(node.op, _DIM_OPERATORS):
+        _check_dim_node(node.left, text)
+        _check_dim_node(node.right, text)
+        return
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        _check_dim_node(node.operand, text)
+        return
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in _DIM_FUNCTIONS
+        and len(node.args) == 2
+        and not node.keywords
+    ):
+        for arg in node.args:
+            _check_dim_node(arg, text)
+        return
+    raise ValueError(
+        f"ppy.Shape: {text!r} is not a dimension; use an int >= 0, a symbolic name "
+        'such as "B", or a jax dimension expression such as "2*B" or "max(B, 1)"'
+    )
+
+
+def check_dim(dim: object) -> int | str:
+    """Return ``dim`` if it is a valid dimension, else raise ValueError saying why."""
+    if isinstance(dim, bool) or not isinstance(dim, (int, str)):
+        raise ValueError(
+            f"ppy.Shape: {dim!r} is a {type(dim).__name__}; a dimension is an int >= 0 "
+            'or a string such as "B" or "2*B"'
+        )
+    if isinstance(dim, int):
+        if dim < 0:
+            raise ValueError(f"ppy.Shape: dimension {dim} is negative; use an int >= 0")
+        return dim
+    text = dim.strip()
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError:
+        tree = None
+    if tree is None or not text:
+        raise ValueError(
+            f"ppy.Shape: {dim!r} is not a dimension; use an int >= 0, a symbolic name "
+            'such as "B", or a jax dimension expression such as "2*B"'
+        )
+    _check_dim_node(tree.body, dim)
+    if isinstance(tree.body, ast.Constant):
+        raise ValueError(f"ppy.Shape: {dim!r} is a number in a string; write it as the int {text}")
+    return dim
+
+
+def check_dtype(name: object) -> str:
+    """Return ``name`` if it names a supported dtype, else raise ValueError listing them."""
+    if not isinstance(name, str) or name not in DTYPE_NAMES:
+        allowed = ", ".join(sorted(DTYPE_NAMES))
+        raise ValueError(f"ppy.DType: {name!r} is not a dtype name; use one of: {allowed}")
+    return name
+
+
+class Shape:
+    """The dimensions of an array input: ints are fixed, strings are symbolic.
+
+    ``Shape("B", 4)`` is an array of any number of rows of four. Symbolic
+    names are scoped to one function, so ``"B"`` on two parameters of the same
+    function is the same size.
+    """
+
+    __slots__ = ("dims",)
+    dims: tuple[int | str, ...]
+
+    def __init__(self, *dims: int | str) -> None:
+        object.__setattr__(self, "dims", tuple(check_dim(d) for d in dims))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("ppy.Shape is immutable")
+
+    def __repr__(self) -> str:
+        return f"ppy.Shape({', '.join(repr(d) for d in self.dims)})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Shape) and other.dims == self.dims
+
+    def __hash__(self) -> int:
+        return hash(("Shape", self.dims))
+
+
+class DType:
+    """The element type of an array input, by name: ``DType("float32")``."""
+
+    __slots__ = ("name",)
+    name: str
+
+    def __init__(self, name: str) -> None:
+        object.__setattr__(self, "name", check_dtype(name))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("ppy.DType is immutable")
+
+    def __repr__(self) -> str:
+        return f"ppy.DType({self.name!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DType) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(("DType", self.name))

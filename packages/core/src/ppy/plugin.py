@@ -1,0 +1,112 @@
+"""The contract between core and a build-time plugin (entry-point group ``ppy.plugins``).
+
+A plugin is a class registered under ``ppy.plugins`` and instantiated with no
+arguments. Core owns discovery, policy, the artifact and the CLI; the plugin
+says which decorators it stages, what permissions staging needs, any rules of
+its own, and turns allowed functions into ``Entry`` records. Core never
+imports a plugin's dependencies, and a plugin must not import heavy
+dependencies (jax) at import time: ``ppy build`` loads every plugin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from ppy.decision import Check
+from ppy.entry import Entry
+from ppy.source import FunctionInfo, ModuleInfo
+
+__all__ = [
+    "KNOWN_DECORATORS",
+    "Plugin",
+    "Requirements",
+    "StageFailure",
+    "StageRequest",
+    "StageTarget",
+]
+
+#: Decorators core recognises even when no plugin for them is installed, so a
+#: runtime-only install can say which plugin is missing. Maps the resolved
+#: decorator name to (plugin name, distribution to install).
+KNOWN_DECORATORS: Mapping[str, tuple[str, str]] = {
+    "jax.jit": ("jax", "ppy-plugin-jax"),
+    "ppy.xla.jit": ("xla", "ppy-plugin-xla"),
+}
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """What a plugin needs before policy lets it stage a function."""
+
+    #: Staging runs project code, so ``[tool.ppy] build-execution = "allow"`` is needed.
+    build_execution: bool
+    #: A boolean key of ``[tool.ppy.plugins.<name>]`` that must be true, or None.
+    permission: str | None = None
+    #: Every positional parameter needs ``ppy.Shape`` and ``ppy.DType``.
+    array_specs: bool = False
+    #: Why a differentiated function cannot be staged, or None when it can.
+    differentiation: str | None = None
+
+
+@dataclass(frozen=True)
+class StageTarget:
+    module: ModuleInfo
+    functions: tuple[FunctionInfo, ...]
+
+
+@dataclass(frozen=True)
+class StageRequest:
+    #: Project root: the directory of the pyproject.toml, put on sys.path.
+    root: Path
+    #: The plugin's validated settings (what ``validate_settings`` returned).
+    settings: Mapping[str, Any]
+    targets: tuple[StageTarget, ...]
+
+
+@dataclass(frozen=True)
+class StageFailure:
+    """A function policy allowed but the plugin could not stage."""
+
+    module: str
+    qualname: str
+    rule: str
+    reason: str
+    remedy: str | None = None
+    #: What the user's code printed to stdout/stderr while it was staged.
+    output: str = ""
+
+
+@runtime_checkable
+class Plugin(Protocol):
+    #: The config table, ``[tool.ppy.plugins.<name>]``.
+    name: str
+    #: The entry kind it writes; a runtime registered for that kind loads it.
+    kind: str
+    #: The word a build line uses for a staged function: "exported", "compiled".
+    verb: str
+    decorators: frozenset[str]
+    requirements: Requirements
+    version: str
+
+    def validate_settings(self, table: Mapping[str, Any], path: str) -> Mapping[str, Any]:
+        """Validate the plugin's table; raise ``ppy.errors.ConfigError`` naming the key."""
+        ...
+
+    def fingerprint(self, settings: Mapping[str, Any]) -> str:
+        """What, besides source and config, would change staged output (tool versions,
+        platforms). Entries whose module, config and fingerprint are unchanged are
+        reused without calling ``stage``. Must be cheap: no jax import."""
+        ...
+
+    def check(
+        self, function: FunctionInfo, module: ModuleInfo, settings: Mapping[str, Any]
+    ) -> Sequence[Check]:
+        """The plugin's own rules for one function, pure, from source facts only."""
+        ...
+
+    def stage(self, request: StageRequest) -> Sequence[Entry | StageFailure]:
+        """Stage every function in the request; one result per function."""
+        ...

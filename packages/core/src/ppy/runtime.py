@@ -1,0 +1,34 @@
+"""The contract between core and a runtime (entry-point group ``ppy.runtimes``).
+
+A runtime is registered under the entry kind it loads (``jax.export``,
+``xla.scalar``) and instantiated with no arguments by ``ppy run``. For each
+entry whose function has just been defined, ``ppy run`` calls ``bind`` with
+the entry and the original (decorated) callable; what it returns is bound in
+the original's place. The returned callable must fall back to ``original``
+for any call it cannot serve, and never change what the caller observes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+from ppy.entry import Entry
+
+__all__ = ["NotBound", "Runtime"]
+
+
+class NotBound(Exception):
+    """The entry cannot serve this process (platform, versions, damage); the
+    original stays in place and the reason is logged as ``run.unbound``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@runtime_checkable
+class Runtime(Protocol):
+    def bind(self, entry: Entry, original: Callable[..., Any]) -> Callable[..., Any]:
+        """A callable to put in place of ``original``, or raise ``NotBound``."""
+        ...

@@ -1,0 +1,1 @@
+"""ppy plugin_xla."""

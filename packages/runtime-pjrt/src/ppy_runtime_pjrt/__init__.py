@@ -1,0 +1,1 @@
+"""ppy runtime_pjrt."""
