@@ -1,0 +1,79 @@
+"""Shared fixtures: real project folders on disk and the real ``ppy`` command.
+
+Tests build small projects in a temporary directory and run ``python -m ppy``
+in a subprocess, the way a user runs it, then read the real artifact.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+PERMISSIONS = """\
+[project]
+name = "demo"
+
+[tool.ppy]
+build-execution = "allow"
+
+[tool.ppy.plugins.jax]
+allow-build-export = true
+"""
+
+
+@pytest.fixture
+def make_project(tmp_path: Path) -> Callable[..., Path]:
+    """Write ``files`` (relative path -> text, dedented) under a fresh folder.
+
+    ``pyproject`` defaults to one granting both permissions; pass None to
+    write none.
+    """
+
+    def make(files: Mapping[str, str], pyproject: str | None = PERMISSIONS) -> Path:
+        root = tmp_path / "project"
+        root.mkdir(exist_ok=True)
+        if pyproject is not None:
+            (root / "pyproject.toml").write_text(textwrap.dedent(pyproject))
+        for name, text in files.items():
+            path = root / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(textwrap.dedent(text))
+        return root
+
+    return make
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private executable cache for the test and every ppy it starts."""
+    path = tmp_path / "cache"
+    monkeypatch.setenv("PPY_CACHE_DIR", str(path))
+    return path
+
+
+@pytest.fixture
+def ppy(cache_dir: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run ``python -m ppy ARGS`` in a subprocess and return what it did."""
+
+    def run(*args: str, cwd: Path | None = None, timeout: float = 300, **env: str):
+        environment = {**os.environ, "PPY_CACHE_DIR": str(cache_dir), **env}
+        return subprocess.run(
+            [sys.executable, "-m", "ppy", *args],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=environment,
+            check=False,
+        )
+
+    return run
