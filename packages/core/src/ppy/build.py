@@ -1,0 +1,286 @@
+"""``ppy build``: discovery, policy, staging and the artifact, in that order.
+
+This is the imperative shell around the pure parts: it reads files, loads
+plugins, asks each plugin to stage what policy allowed, and writes the
+artifact. A module whose source, configuration and plugin fingerprint are
+unchanged since the last build keeps its entries and no plugin work starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from ppy.artifact import Artifact, ArtifactError, ModuleRecord, read_artifact, write_artifact
+from ppy.config import Config, load_config
+from ppy.decision import Decision, Outcome
+from ppy.discovery import discover_module, find_sources
+from ppy.entry import Entry
+from ppy.errors import ConfigError
+from ppy.log import get_logger
+from ppy.plugin import KNOWN_DECORATORS, Plugin, StageFailure, StageRequest, StageTarget
+from ppy.policy import decide_module
+from ppy.registry import Registry, by_decorator, load_plugins
+from ppy.source import ModuleInfo
+
+__all__ = ["BuildResult", "Project", "build", "load_project", "stage_key", "staleness"]
+
+
+@dataclass(frozen=True)
+class Project:
+    """A project as the build sees it before anything is staged."""
+
+    config: Config
+    modules: tuple[ModuleInfo, ...]
+    plugins: Registry
+    settings: Mapping[str, Mapping[str, Any]]
+    decisions: tuple[Decision, ...]
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    project: Project
+    artifact: Artifact
+    decisions: tuple[Decision, ...]
+    #: Functions policy allowed that the plugin could not stage.
+    failed: tuple[Decision, ...]
+
+
+def _validated_settings(config: Config, plugins: Registry) -> dict[str, Mapping[str, Any]]:
+    path = str(config.pyproject) if config.pyproject else str(config.root / "pyproject.toml")
+    settings: dict[str, Mapping[str, Any]] = {}
+    for plugin in plugins.by_name.values():
+        settings[plugin.name] = plugin.validate_settings(config.plugins.get(plugin.name, {}), path)
+    known = {p.name for p in plugins.by_name.values()} | {n for n, _ in KNOWN_DECORATORS.values()}
+    for name in sorted(set(config.plugins) - known):
+        raise ConfigError(
+            f"no installed plugin is named {name!r}",
+            path=path,
+            key=f"tool.ppy.plugins.{name}",
+            remedy="install the plugin that reads this table, or remove the table",
+        )
+    return settings
+
+
+def load_project(target: Path, plugins: Registry | None = None) -> Project:
+    """Config, discovery and policy for ``target``: everything but staging."""
+    config = load_config(target)
+    plugins = plugins if plugins is not None else load_plugins()
+    settings = _validated_settings(config, plugins)
+    log = get_logger()
+    modules: list[ModuleInfo] = []
+    for path in find_sources(config.root):
+        module = discover_module(config.root, path)
+        if module.syntax_error:
+            log.warning("build.syntax_error", module=module.name, error=module.syntax_error)
+        modules.append(module)
+    table = by_decorator(plugins)
+    decisions = tuple(
+        decision
+        for module in modules
+        for decision in decide_module(module, config, table, settings)
+    )
+    return Project(config, tuple(modules), plugins, settings, decisions)
+
+
+def stage_key(module: ModuleInfo, config: Config, plugin: Plugin, settings: Mapping[str, Any]) -> str:
+    """What a module's staged entries depend on; equal keys mean reuse."""
+    parts = (plugin.name, plugin.version, plugin.fingerprint(settings), config.digest, module.sha256)
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def _previous(config: Config) -> Artifact | None:
+    if not config.artifact.exists():
+        return None
+    try:
+        return read_artifact(config.artifact)
+    except ArtifactError as error:
+        get_logger().warning("build.previous_unreadable", path=str(config.artifact), error=str(error))
+        return None
+
+
+def _written_by() -> dict[str, str]:
+    versions = {}
+    for name, dist in (("ppy", "ppy-core"), ("jax", "jax"), ("jaxlib", "jaxlib")):
+        try:
+            versions[name] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def _stage(
+    plugin: Plugin,
+    request: StageRequest,
+) -> dict[tuple[str, str], Entry | StageFailure]:
+    log = get_logger()
+    count = sum(len(t.functions) for t in request.targets)
+    log.info("build.stage", plugin=plugin.name, functions=count, modules=len(request.targets))
+    try:
+        results = plugin.stage(request)
+    except Exception as error:  # a plugin bug must not lose the rest of the build
+        log.error("build.plugin_failed", plugin=plugin.name, error=repr(error))
+        return {
+            (t.module.name, f.qualname): StageFailure(
+                t.module.name,
+                f.qualname,
+                "plugin-failed",
+                f"plugin {plugin.name!r} raised {type(error).__name__}: {error}",
+                "report this to the plugin's authors; the function stays as it is",
+            )
+            for t in request.targets
+            for f in t.functions
+        }
+    return {(r.module, r.qualname): r for r in results}
+
+
+def build(target: Path, *, plugins: Registry | None = None) -> BuildResult:
+    """Build the artifact for the project at ``target`` and write it."""
+    project = load_project(target, plugins)
+    config = project.config
+    log = get_logger()
+    previous = _previous(config)
+    modules = {m.name: m for m in project.modules}
+    decisions = {(d.module, d.qualname): d for d in project.decisions}
+    entries: dict[tuple[str, str], Entry] = {}
+    keys: dict[str, dict[str, str]] = {name: {} for name in modules}
+
+    for plugin in project.plugins.by_name.values():
+        settings = project.settings[plugin.name]
+        targets: list[StageTarget] = []
+        for module in project.modules:
+            allowed = [
+                d for d in project.decisions
+                if d.module == module.name and d.plugin == plugin.name and d.outcome is Outcome.ALLOWED
+            ]
+            if not allowed:
+                continue
+            key = stage_key(module, config, plugin, settings)
+            old_record = previous.module(module.name) if previous else None
+            old = [previous.entry(d.module, d.qualname) for d in allowed] if previous else []
+            if old_record and old_record.stage_keys.get(plugin.name) == key and all(old):
+                for decision, entry in zip(allowed, old, strict=True):
+                    assert entry is not None
+                    settled = decision.settle(
+                        Outcome.REUSED, "reused", "unchanged since the last build; entry reused",
+                        signature=entry.signature,
+                    )
+                    decisions[decision.module, decision.qualname] = settled
+                    entries[entry.key] = _with_decision(entry, settled)
+                keys[module.name][plugin.name] = key
+                log.info("build.reuse", plugin=plugin.name, module=module.name, functions=len(allowed))
+                continue
+            names = {d.qualname for d in allowed}
+            functions = tuple(f for f in module.functions if f.qualname in names)
+            targets.append(StageTarget(module, functions))
+            keys[module.name][plugin.name] = key
+        if not targets:
+            continue
+        results = _stage(plugin, StageRequest(config.root, settings, tuple(targets)))
+        for t in targets:
+            for function in t.functions:
+                decision = decisions[t.module.name, function.qualname]
+                result = results.get((t.module.name, function.qualname))
+                if isinstance(result, Entry):
+                    platforms = ", ".join(result.platforms)
+                    settled = decision.settle(
+                        Outcome.STAGED, "staged", f"{plugin.verb} for {platforms}",
+                        signature=result.signature,
+                    )
+                    entries[result.key] = _with_decision(result, settled)
+                else:
+                    failure = result or StageFailure(
+                        t.module.name, function.qualname, "export-failed",
+                        f"plugin {plugin.name!r} returned no result for this function",
+                    )
+                    settled = decision.settle(
+                        Outcome.STAYS, failure.rule, failure.reason, failure.remedy,
+                        output=failure.output,
+                    )
+                    keys[t.module.name].pop(plugin.name, None)
+                decisions[t.module.name, function.qualname] = settled
+                log.info("build.staged" if isinstance(result, Entry) else "build.failed",
+                         module=t.module.name, function=function.qualname, rule=settled.rule,
+                         reason=settled.reason)
+
+    ordered = tuple(decisions[d.module, d.qualname] for d in project.decisions)
+    for decision in ordered:
+        log.info("build.decision", **_event_fields(decision))
+    artifact = Artifact(
+        project=config.project,
+        config_digest=config.digest,
+        written_by=_written_by(),
+        modules=tuple(
+            ModuleRecord(m.name, m.path, m.sha256, dict(sorted(keys[m.name].items())))
+            for m in project.modules
+        ),
+        entries=tuple(entries[k] for k in sorted(entries)),
+        decisions=ordered,
+    )
+    write_artifact(artifact, config.artifact)
+    log.info("build.written", path=str(config.artifact), entries=len(artifact.entries))
+    allowed = {(d.module, d.qualname) for d in project.decisions if d.outcome is Outcome.ALLOWED}
+    failed = tuple(
+        d for d in ordered if d.outcome is Outcome.STAYS and (d.module, d.qualname) in allowed
+    )
+    return BuildResult(project, artifact, ordered, failed)
+
+
+def _with_decision(entry: Entry, decision: Decision) -> Entry:
+    from dataclasses import replace
+
+    return replace(entry, decision=decision)
+
+
+def _event_fields(decision: Decision) -> dict[str, Any]:
+    return {
+        "module": decision.module,
+        "function": decision.qualname,
+        "outcome": decision.outcome.value,
+        "rule": decision.rule,
+        "kind": decision.kind,
+        "signature": decision.signature,
+        "reason": decision.reason,
+        "remedy": decision.remedy,
+        "location": decision.location,
+    }
+
+
+def staleness(config: Config, artifact: Artifact | None, plugins: Registry | None = None) -> str | None:
+    """Why the artifact no longer matches the project, or None when it does.
+
+    Cheap on purpose, since ``ppy run`` asks it at every start: it hashes the
+    sources and compares the config digest; plugin fingerprints are consulted
+    only for modules that have staged entries.
+    """
+    if artifact is None:
+        return "no artifact has been built"
+    if artifact.config_digest != config.digest:
+        return "the [tool.ppy] configuration changed"
+    sources = find_sources(config.root)
+    recorded = {m.path: m for m in artifact.modules}
+    current = {p.relative_to(config.root).as_posix(): p for p in sources}
+    if set(recorded) != set(current):
+        return "the set of .ppy modules changed"
+    for rel, path in current.items():
+        if hashlib.sha256(path.read_bytes()).hexdigest() != recorded[rel].sha256:
+            return f"{rel} changed since the build"
+    keyed = [m for m in artifact.modules if m.stage_keys]
+    if keyed:
+        plugins = plugins if plugins is not None else load_plugins()
+        settings = _validated_settings(config, plugins)
+        named = {p.name: p for p in plugins.by_name.values()}
+        for record in keyed:
+            for name, key in record.stage_keys.items():
+                plugin = named.get(name)
+                if plugin is None:
+                    continue
+                module = ModuleInfo(record.name, record.path, "", record.sha256)
+                if stage_key(module, config, plugin, settings[name]) != key:
+                    return f"plugin {name!r} or its tools changed since the build"
+    return None
+

@@ -1,0 +1,191 @@
+"""The ``ppy`` command: build, run, inspect, explain, plugins, cache.
+
+Exit codes: 0 success, 1 the program or the build failed, 2 bad usage or bad
+configuration. Errors a user can act on are one message on stderr with the
+remedy, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ppy.errors import PpyError, UsageError
+
+__all__ = ["main"]
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("logging")
+    group.add_argument(
+        "-v", "--verbose", action="count", default=argparse.SUPPRESS,
+        help="show decision, bind and fallback events (-vv: debug events too)",
+    )
+    group.add_argument(
+        "-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+        help="show errors only",
+    )
+    group.add_argument(
+        "--log-format", choices=("console", "json"), default=argparse.SUPPRESS,
+        help="console lines for people (default) or one JSON object per event",
+    )
+    return common
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = argparse.ArgumentParser(
+        prog="ppy",
+        description="Stage JAX functions at build time and run them through PJRT.",
+        parents=[common],
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    build = commands.add_parser(
+        "build", parents=[common], help="stage what can be staged and write the artifact",
+        description="Read the project's .ppy files, decide function by function what can be "
+        "staged, stage it, and write one artifact. Prints one line per candidate function.",
+    )
+    build.add_argument("path", nargs="?", default=".", type=Path,
+                       help="the project folder or a file in it (default: .)")
+    build.add_argument("--keep-going", action="store_true",
+                       help="exit 0 even when a function the policy allowed could not be staged")
+
+    run = commands.add_parser(
+        "run", parents=[common], help="run a program with its staged functions in place",
+        description="Run FILE as `python FILE ARGS...` would, with each staged function bound "
+        "in place of the original. Builds first when the artifact is missing or stale.",
+    )
+    run.add_argument("--no-build", action="store_true",
+                     help="never build; run what the artifact holds")
+    run.add_argument("program", type=Path, metavar="FILE", help="the .ppy program to run")
+    run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
+                     help="arguments passed to the program")
+
+    inspect = commands.add_parser(
+        "inspect", parents=[common], help="print an artifact's manifest, entries and signatures",
+        description="Validate an artifact and print what it holds.",
+    )
+    inspect.add_argument("artifact", type=Path, metavar="ARTIFACT")
+    inspect.add_argument("--json", action="store_true", help="print the manifest as JSON")
+
+    explain = commands.add_parser(
+        "explain", parents=[common], help="print the decision trail for one function",
+        description="Print every rule evaluated for a function and the one that decided.",
+    )
+    explain.add_argument("name", metavar="NAME",
+                         help="function name, or module.name when several modules have it")
+    explain.add_argument("path", nargs="?", default=".", type=Path,
+                         help="the project folder or a file in it (default: .)")
+
+    commands.add_parser(
+        "plugins", parents=[common], help="list installed plugins and runtimes",
+        description="List the distributions registered under ppy.plugins and ppy.runtimes, "
+        "their versions, and whether each loaded.",
+    )
+
+    cache = commands.add_parser(
+        "cache", parents=[common], help="show or clear the compiled-executable cache",
+        description="The per-user cache of compiled executables (never part of an artifact).",
+    )
+    cache.add_argument("action", nargs="?", choices=("show", "clear"), default="show")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from ppy.log import configure
+
+    verbosity = -1 if getattr(args, "quiet", False) else getattr(args, "verbose", 0)
+    configure(verbosity, getattr(args, "log_format", "console"))
+    try:
+        if args.command == "build":
+            return _build(args)
+        if args.command == "run":
+            return _run(args)
+        if args.command == "inspect":
+            return _inspect(args)
+        if args.command == "explain":
+            return _explain(args)
+        if args.command == "plugins":
+            return _plugins()
+        return _cache(args)
+    except PpyError as error:
+        print(f"ppy: error: {error}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+def _build(args: argparse.Namespace) -> int:
+    from ppy.build import build
+    from ppy.report import build_lines
+
+    path: Path = args.path
+    if not path.exists():
+        raise UsageError(f"{path}: no such file or folder", remedy="give a project folder")
+    result = build(path)
+    for line in build_lines(result.decisions, result.project.plugins):
+        print(line)
+    counts = {o: sum(d.outcome.value == o for d in result.decisions)
+              for o in ("staged", "reused", "stays")}
+    print(
+        f"wrote {result.project.config.artifact}: {counts['staged']} staged, "
+        f"{counts['reused']} reused, {counts['stays']} stay"
+    )
+    if result.failed and not args.keep_going:
+        names = ", ".join(f"{d.module}.{d.qualname}" for d in result.failed)
+        print(f"ppy: error: could not stage {names} (see above); --keep-going accepts that",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ppy.launch import launch
+
+    return launch(args.program, list(args.args), build=not args.no_build)
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from ppy.artifact import read_artifact
+    from ppy.inspect import render_text, to_json
+
+    artifact = read_artifact(args.artifact)
+    if args.json:
+        print(json.dumps(to_json(artifact), indent=2, sort_keys=True))
+    else:
+        print(render_text(artifact, args.artifact))
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from ppy.report import explain
+
+    text = explain(args.name, args.path)
+    print(text)
+    return 0
+
+
+def _plugins() -> int:
+    from ppy.registry import load_plugins, load_runtimes
+    from ppy.report import plugin_lines
+
+    for line in plugin_lines(load_plugins(), load_runtimes()):
+        print(line)
+    return 0
+
+
+def _cache(args: argparse.Namespace) -> int:
+    from ppy import cache
+
+    if args.action == "clear":
+        removed = cache.ExecutableCache().clear()
+        print(f"removed {removed} cached executables from {cache.cache_dir()}")
+    else:
+        print(cache.render_cache_summary())
+    return 0

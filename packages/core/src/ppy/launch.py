@@ -1,0 +1,66 @@
+"""``ppy run``: make sure the artifact is current, then run the program with it.
+
+stdout belongs to the program, so nothing here prints; problems (a damaged
+artifact, a failed build) are warnings on stderr and the program runs with
+whatever could be bound, the rest as ordinary calls.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ppy.errors import ConfigError, PpyError, UsageError
+
+if TYPE_CHECKING:
+    from ppy.artifact import Artifact
+
+__all__ = ["launch"]
+
+
+def launch(program: Path, argv: list[str], *, build: bool = True) -> int:
+    from ppy.artifact import read_artifact
+    from ppy.build import staleness
+    from ppy.config import load_config
+    from ppy.log import get_logger
+    from ppy.registry import load_runtimes
+    from ppy.run import run_program
+
+    if not program.is_file():
+        raise UsageError(f"{program}: no such file", remedy="give the path of a .ppy program")
+    log = get_logger()
+    config = load_config(program)
+    artifact: Artifact | None = None
+    if config.artifact.exists():
+        try:
+            artifact = read_artifact(config.artifact)
+        except PpyError as error:
+            log.warning("run.artifact_unreadable", path=str(config.artifact), error=str(error))
+    if build:
+        try:
+            stale = staleness(config, artifact)
+            if stale is not None:
+                log.info("run.build", reason=stale)
+                artifact = _build(program, log)
+        except ConfigError:
+            raise
+        except PpyError as error:
+            log.warning("run.build_failed", error=str(error))
+    runtimes = load_runtimes().by_name if artifact is not None and artifact.entries else {}
+    return run_program(
+        program.resolve(), argv, artifact=artifact, runtimes=runtimes, root=config.root
+    )
+
+
+def _build(program: Path, log: Any) -> Artifact:
+    from ppy.build import build
+
+    result = build(program)
+    for decision in result.failed:
+        log.warning(
+            "run.build_failed",
+            module=decision.module,
+            function=decision.qualname,
+            reason=decision.reason,
+        )
+    return result.artifact

@@ -1,0 +1,120 @@
+"""What the CLI prints for people: build lines, decision trails, plugin lists."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from ppy.decision import Decision, Outcome
+from ppy.errors import UsageError
+from ppy.registry import Registry
+
+__all__ = ["build_lines", "explain", "plugin_lines"]
+
+
+def _word(decision: Decision, plugins: Registry) -> str:
+    if decision.outcome is Outcome.STAGED:
+        plugin = plugins.by_name.get(decision.plugin or "")
+        return getattr(plugin, "verb", "staged")
+    return decision.outcome.value
+
+
+def build_lines(decisions: Sequence[Decision], plugins: Registry) -> Iterator[str]:
+    """One line per candidate: module, name, outcome, kind, signature, reason.
+
+    Columns are aligned so a project's lines read as a table; the remedy of a
+    function that stays goes on the line under it.
+    """
+    rows = [
+        (d.module, d.qualname, _word(d, plugins), d.kind or "-", d.signature, d.reason, d)
+        for d in decisions
+    ]
+    if not rows:
+        yield "no candidate functions (nothing decorated with a stageable decorator)"
+        return
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    for *cols, reason, decision in rows:
+        text = "  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))
+        yield f"{text}  {reason}"
+        if decision.outcome is Outcome.STAYS and decision.remedy:
+            yield f"    remedy: {decision.remedy}"
+        if decision.output:
+            for line in decision.output.rstrip().splitlines():
+                yield f"    | {line}"
+
+
+def _matches(name: str, decision: Decision) -> bool:
+    return name in (
+        decision.qualname,
+        f"{decision.module}.{decision.qualname}",
+        f"{decision.module}:{decision.qualname}",
+    )
+
+
+def explain(name: str, target: Path) -> str:
+    """The decision trail for ``name``: the built one when the artifact is current,
+    else what the policy decides now (before any staging)."""
+    from ppy.artifact import ArtifactError, read_artifact
+    from ppy.build import load_project, staleness
+
+    project = load_project(target)
+    decisions: Sequence[Decision] = project.decisions
+    note = "from the policy (not built yet)"
+    config = project.config
+    if config.artifact.exists():
+        try:
+            artifact = read_artifact(config.artifact)
+        except ArtifactError:
+            artifact = None
+        stale = staleness(config, artifact, project.plugins)
+        if artifact is not None and stale is None:
+            decisions, note = artifact.decisions, f"from the artifact {config.artifact}"
+        elif stale:
+            note = f"from the policy; the artifact is stale: {stale}"
+    found = [d for d in decisions if _matches(name, d)]
+    if not found:
+        known = ", ".join(sorted({d.qualname for d in decisions})) or "none"
+        raise UsageError(
+            f"no candidate function named {name!r} in {config.root}",
+            remedy=f"candidates are: {known}",
+        )
+    return "\n\n".join(_trail(d, note) for d in found)
+
+
+def _trail(decision: Decision, note: str) -> str:
+    lines = [
+        f"{decision.module}.{decision.qualname}  ({decision.location})  {note}",
+        f"  outcome:   {decision.outcome.value} [{decision.rule}]",
+        f"  kind:      {decision.kind or '-'}",
+        f"  signature: {decision.signature}",
+        f"  reason:    {decision.reason}",
+    ]
+    if decision.remedy:
+        lines.append(f"  remedy:    {decision.remedy}")
+    lines.append("  trail:")
+    for check in decision.trail:
+        mark = "pass" if check.passed else "FAIL"
+        lines.append(f"    [{mark}] {check.rule}: {check.detail}")
+        if not check.passed and check.remedy:
+            lines.append(f"           remedy: {check.remedy}")
+    if decision.output:
+        lines.append("  output:")
+        lines.extend(f"    | {line}" for line in decision.output.rstrip().splitlines())
+    return "\n".join(lines)
+
+
+def plugin_lines(plugins: Registry, runtimes: Registry) -> Iterator[str]:
+    for title, registry in (("plugins (ppy.plugins)", plugins), ("runtimes (ppy.runtimes)", runtimes)):
+        yield f"{title}:"
+        if not registry.installed:
+            yield "  none installed"
+        for item in registry.installed:
+            dist = f"{item.distribution} {item.version}" if item.distribution else "?"
+            if item.loaded:
+                extra = ""
+                if registry is plugins:
+                    decorators = ", ".join(sorted(item.obj.decorators))
+                    extra = f"  kind {item.obj.kind}  decorators {decorators}"
+                yield f"  {item.name:<12} {dist:<28} loaded{extra}"
+            else:
+                yield f"  {item.name:<12} {dist:<28} FAILED: {item.error} (skipped)"
