@@ -1,0 +1,135 @@
+"""The ``ppy`` command on the page's example, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import EXAMPLES
+
+Run = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def example(tmp_path: Path) -> Path:
+    target = tmp_path / "25_jax_export"
+    shutil.copytree(EXAMPLES / "25_jax_export", target,
+                    ignore=shutil.ignore_patterns(".ppy", "__pycache__"))
+    return target
+
+
+def _drop(path: Path, line: str) -> None:
+    text = path.read_text()
+    assert line in text
+    path.write_text(text.replace(line, ""))
+
+
+@pytest.mark.parametrize(
+    ("removed", "setting", "table"),
+    [
+        ('build-execution = "allow"\n', 'build-execution = "allow"', "[tool.ppy]"),
+        ("allow-build-export = true\n", "allow-build-export = true", "[tool.ppy.plugins.jax]"),
+    ],
+)
+def test_without_a_permission_both_functions_stay_jitted_and_ppy_says_why(
+    example: Path, ppy: Run, removed: str, setting: str, table: str
+) -> None:
+    pyproject = example / "pyproject.toml"
+    _drop(pyproject, removed)
+    built = ppy("build", str(example))
+    assert built.returncode == 0, built.stderr
+    for name in ("normalize", "score"):
+        line = next(l for l in built.stdout.splitlines() if f" {name} " in f" {l} ")
+        assert "stays" in line and "ordinary jitted call" in line
+    remedies = [l for l in built.stdout.splitlines() if "remedy:" in l]
+    assert len(remedies) == 2
+    assert all(setting in r and table in r and str(pyproject) in r for r in remedies)
+
+    explained = ppy("explain", "score", str(example))
+    assert explained.returncode == 0, explained.stderr
+    assert "ordinary jitted call" in explained.stdout
+    assert setting in explained.stdout and str(pyproject) in explained.stdout
+
+
+def test_build_exports_both_functions_and_inspect_shows_their_signatures(
+    example: Path, ppy: Run
+) -> None:
+    built = ppy("build", str(example))
+    assert built.returncode == 0, built.stderr
+    for name in ("normalize", "score"):
+        line = next(l for l in built.stdout.splitlines() if f" {name} " in f" {l} ")
+        assert "exported" in line and f"{name}(x: float32[B,4])" in line
+    artifact = example / ".ppy" / "artifact.ppyz"
+    shown = ppy("inspect", str(artifact))
+    assert shown.returncode == 0, shown.stderr
+    assert "score(x: float32[B,4]) -> float32[B]" in shown.stdout
+    assert "normalize(x: float32[B,4]) -> float32[B,4]" in shown.stdout
+    as_json = json.loads(ppy("inspect", "--json", str(artifact)).stdout)
+    assert {e["qualname"] for e in as_json["entries"]} == {"normalize", "score"}
+
+    again = ppy("build", str(example))
+    assert again.returncode == 0, again.stderr
+    assert sum("reused" in l for l in again.stdout.splitlines()) >= 2
+
+
+def test_inspect_rejects_a_tampered_artifact_naming_the_member(example: Path, ppy: Run) -> None:
+    assert ppy("build", str(example)).returncode == 0
+    artifact = example / ".ppy" / "artifact.ppyz"
+    with zipfile.ZipFile(artifact) as archive:
+        members = {i.filename: archive.read(i.filename) for i in archive.infolist()}
+    victim = next(n for n in sorted(members) if n.endswith("export") or "export" in n.rsplit("/", 1)[-1])
+    data = bytearray(members[victim])
+    data[len(data) // 2] ^= 0xFF
+    members[victim] = bytes(data)
+    with zipfile.ZipFile(artifact, "w") as archive:
+        for name, payload in members.items():
+            archive.writestr(name, payload)
+    shown = ppy("inspect", str(artifact))
+    assert shown.returncode == 1
+    assert victim in shown.stderr and "ppy build" in shown.stderr
+    assert "Traceback" not in shown.stderr
+
+
+@pytest.mark.parametrize(
+    ("pyproject", "expected"),
+    [
+        ("[tool.ppy\n", "pyproject.toml"),
+        ('[tool.ppy]\nbuild-execution = "yes"\n', "tool.ppy.build-execution"),
+        ("[tool.ppy]\nbuild-execution = true\n", "tool.ppy.build-execution"),
+        ('[tool.ppy]\nbuild-executions = "allow"\n', "tool.ppy.build-executions"),
+        ("[tool.ppy.plugins.jax]\nallow-build-export = 1\n", "tool.ppy.plugins.jax.allow-build-export"),
+        ("[tool.ppy.plugins.jax]\nexport-timeout = -3\n", "tool.ppy.plugins.jax.export-timeout"),
+    ],
+)
+def test_bad_config_is_one_message_with_exit_code_2(
+    make_project: Callable[..., Path], ppy: Run, pyproject: str, expected: str
+) -> None:
+    root = make_project({"m.ppy": "x = 1\n"}, pyproject=pyproject)
+    for args in (("build", str(root)), ("run", str(root / "m.ppy"))):
+        result = ppy(*args)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert expected in result.stderr and "Traceback" not in result.stderr
+        assert result.stdout == ""
+
+
+def test_help_for_every_command() -> None:
+    for command in ("build", "run", "inspect", "explain", "plugins", "cache"):
+        result = subprocess.run([sys.executable, "-m", "ppy", command, "--help"],
+                                capture_output=True, text=True, check=False)
+        assert result.returncode == 0 and "usage: ppy" in result.stdout
+
+
+def test_build_json_logs_one_object_per_event(example: Path, ppy: Run) -> None:
+    result = ppy("--log-format", "json", "-v", "build", str(example))
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in result.stderr.splitlines() if line.strip()]
+    decisions = [e for e in events if e["event"] == "build.decision"]
+    assert {e["function"] for e in decisions} == {"normalize", "score"}
+    assert all(e["reason"] and e["outcome"] for e in decisions)
