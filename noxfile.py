@@ -45,6 +45,4 @@ def runtime_only(session: nox.Session) -> None:
     session.run("python", "-m", "venv", "--clear", builder)
     session.run(f"{builder}/bin/python", "-m", "pip", "install", "-q", *PACKAGES, external=True)
     session.install(CORE, RUNTIME)
-    session.run(
-        "python", "tests/runtime_only/check.py", "--build-python", f"{builder}/bin/python"
-    )
+    session.run("python", "tests/runtime_only/check.py", "--build-python", f"{builder}/bin/python")

@@ -7,14 +7,14 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
 import ppy
+import pytest
 from ppy import xla
 
 
 def test_import_ppy_loads_no_heavy_dependency() -> None:
-    code = "import ppy, sys; print(sorted(m for m in ('jax', 'stevedore', 'structlog') if m in sys.modules))"
+    heavy = "('jax', 'stevedore', 'structlog')"
+    code = f"import ppy, sys; print(sorted(m for m in {heavy} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -37,14 +37,18 @@ def test_shape_keeps_ints_and_symbolic_dims() -> None:
         (("4",), "write it as the int 4"),
     ],
 )
-def test_shape_rejects_bad_dims_with_a_clear_message(dims: tuple[object, ...], message: str) -> None:
+def test_shape_rejects_bad_dims_with_a_clear_message(
+    dims: tuple[object, ...], message: str
+) -> None:
     with pytest.raises(ValueError, match=message):
         ppy.Shape(*dims)  # type: ignore[arg-type]
 
 
 def test_dtype_names_the_allowed_dtypes_when_wrong() -> None:
     assert ppy.DType("bfloat16").name == "bfloat16"
-    with pytest.raises(ValueError, match=r"'float' is not a dtype name; use one of: bfloat16, bool"):
+    with pytest.raises(
+        ValueError, match=r"'float' is not a dtype name; use one of: bfloat16, bool"
+    ):
         ppy.DType("float")
 
 

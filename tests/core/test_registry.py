@@ -18,10 +18,21 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder where pip installed the shout and broken plugin distributions."""
     target = tmp_path_factory.mktemp("site")
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-         "--target", str(target), str(FIXTURES / "ppy-plugin-shout"),
-         str(FIXTURES / "ppy-plugin-broken")],
-        check=True, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(FIXTURES / "ppy-plugin-shout"),
+            str(FIXTURES / "ppy-plugin-broken"),
+        ],
+        check=True,
+        capture_output=True,
     )
     return target
 
@@ -49,7 +60,8 @@ def test_plugins_lists_installed_distributions_and_skips_a_broken_one(
 
 
 def test_a_third_party_plugin_and_runtime_are_used_by_build_and_run(
-    site: Path, make_project: Callable[..., Path],
+    site: Path,
+    make_project: Callable[..., Path],
     ppy: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:
     root = make_project(
@@ -58,8 +70,12 @@ def test_a_third_party_plugin_and_runtime_are_used_by_build_and_run(
     )
     env = {"PYTHONPATH": str(site)}
     plain = subprocess.run(
-        [sys.executable, "hello.ppy"], cwd=root, capture_output=True, text=True,
-        env={**os.environ, **env}, check=True,
+        [sys.executable, "hello.ppy"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        check=True,
     )
     assert plain.stdout == "hello world\n"
     built = ppy("build", str(root), **env)

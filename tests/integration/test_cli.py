@@ -20,8 +20,9 @@ Run = Callable[..., subprocess.CompletedProcess[str]]
 @pytest.fixture
 def example(tmp_path: Path) -> Path:
     target = tmp_path / "25_jax_export"
-    shutil.copytree(EXAMPLES / "25_jax_export", target,
-                    ignore=shutil.ignore_patterns(".ppy", "__pycache__"))
+    shutil.copytree(
+        EXAMPLES / "25_jax_export", target, ignore=shutil.ignore_patterns(".ppy", "__pycache__")
+    )
     return target
 
 
@@ -46,9 +47,9 @@ def test_without_a_permission_both_functions_stay_jitted_and_ppy_says_why(
     built = ppy("build", str(example))
     assert built.returncode == 0, built.stderr
     for name in ("normalize", "score"):
-        line = next(l for l in built.stdout.splitlines() if f" {name} " in f" {l} ")
+        line = next(ln for ln in built.stdout.splitlines() if f" {name} " in f" {ln} ")
         assert "stays" in line and "ordinary jitted call" in line
-    remedies = [l for l in built.stdout.splitlines() if "remedy:" in l]
+    remedies = [ln for ln in built.stdout.splitlines() if "remedy:" in ln]
     assert len(remedies) == 2
     assert all(setting in r and table in r and str(pyproject) in r for r in remedies)
 
@@ -64,7 +65,7 @@ def test_build_exports_both_functions_and_inspect_shows_their_signatures(
     built = ppy("build", str(example))
     assert built.returncode == 0, built.stderr
     for name in ("normalize", "score"):
-        line = next(l for l in built.stdout.splitlines() if f" {name} " in f" {l} ")
+        line = next(ln for ln in built.stdout.splitlines() if f" {name} " in f" {ln} ")
         assert "exported" in line and f"{name}(x: float32[B,4])" in line
     artifact = example / ".ppy" / "artifact.ppyz"
     shown = ppy("inspect", str(artifact))
@@ -76,7 +77,7 @@ def test_build_exports_both_functions_and_inspect_shows_their_signatures(
 
     again = ppy("build", str(example))
     assert again.returncode == 0, again.stderr
-    assert sum("reused" in l for l in again.stdout.splitlines()) >= 2
+    assert sum("reused" in ln for ln in again.stdout.splitlines()) >= 2
 
 
 def test_inspect_rejects_a_tampered_artifact_naming_the_member(example: Path, ppy: Run) -> None:
@@ -84,7 +85,9 @@ def test_inspect_rejects_a_tampered_artifact_naming_the_member(example: Path, pp
     artifact = example / ".ppy" / "artifact.ppyz"
     with zipfile.ZipFile(artifact) as archive:
         members = {i.filename: archive.read(i.filename) for i in archive.infolist()}
-    victim = next(n for n in sorted(members) if n.endswith("export") or "export" in n.rsplit("/", 1)[-1])
+    victim = next(
+        n for n in sorted(members) if n.endswith("export") or "export" in n.rsplit("/", 1)[-1]
+    )
     data = bytearray(members[victim])
     data[len(data) // 2] ^= 0xFF
     members[victim] = bytes(data)
@@ -104,7 +107,10 @@ def test_inspect_rejects_a_tampered_artifact_naming_the_member(example: Path, pp
         ('[tool.ppy]\nbuild-execution = "yes"\n', "tool.ppy.build-execution"),
         ("[tool.ppy]\nbuild-execution = true\n", "tool.ppy.build-execution"),
         ('[tool.ppy]\nbuild-executions = "allow"\n', "tool.ppy.build-executions"),
-        ("[tool.ppy.plugins.jax]\nallow-build-export = 1\n", "tool.ppy.plugins.jax.allow-build-export"),
+        (
+            "[tool.ppy.plugins.jax]\nallow-build-export = 1\n",
+            "tool.ppy.plugins.jax.allow-build-export",
+        ),
         ("[tool.ppy.plugins.jax]\nexport-timeout = -3\n", "tool.ppy.plugins.jax.export-timeout"),
     ],
 )
@@ -121,8 +127,12 @@ def test_bad_config_is_one_message_with_exit_code_2(
 
 def test_help_for_every_command() -> None:
     for command in ("build", "run", "inspect", "explain", "plugins", "cache"):
-        result = subprocess.run([sys.executable, "-m", "ppy", command, "--help"],
-                                capture_output=True, text=True, check=False)
+        result = subprocess.run(
+            [sys.executable, "-m", "ppy", command, "--help"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert result.returncode == 0 and "usage: ppy" in result.stdout
 
 

@@ -43,10 +43,19 @@ def main() -> int:
             print("FAIL: the build venv did not export the example")
             return 1
         expected = run(sys.executable, "model.ppy", cwd=project)
-        staged = run(sys.executable, "-m", "ppy", "-v", "run", "--no-build", "model.ppy", cwd=project)
+        staged = run(
+            sys.executable, "-m", "ppy", "-v", "run", "--no-build", "model.ppy", cwd=project
+        )
         if staged.returncode != 0 or staged.stdout != expected.stdout:
-            print("python:", expected.stdout, expected.stderr, "ppy run:", staged.stdout,
-                  staged.stderr, sep="\n")
+            print(
+                "python:",
+                expected.stdout,
+                expected.stderr,
+                "ppy run:",
+                staged.stdout,
+                staged.stderr,
+                sep="\n",
+            )
             print("FAIL: ppy run --no-build printed something else than python")
             return 1
         if "run.bind" not in staged.stderr:

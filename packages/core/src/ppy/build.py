@@ -87,9 +87,17 @@ def load_project(target: Path, plugins: Registry | None = None) -> Project:
     return Project(config, tuple(modules), plugins, settings, decisions)
 
 
-def stage_key(module: ModuleInfo, config: Config, plugin: Plugin, settings: Mapping[str, Any]) -> str:
+def stage_key(
+    module: ModuleInfo, config: Config, plugin: Plugin, settings: Mapping[str, Any]
+) -> str:
     """What a module's staged entries depend on; equal keys mean reuse."""
-    parts = (plugin.name, plugin.version, plugin.fingerprint(settings), config.digest, module.sha256)
+    parts = (
+        plugin.name,
+        plugin.version,
+        plugin.fingerprint(settings),
+        config.digest,
+        module.sha256,
+    )
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
@@ -99,7 +107,9 @@ def _previous(config: Config) -> Artifact | None:
     try:
         return read_artifact(config.artifact)
     except ArtifactError as error:
-        get_logger().warning("build.previous_unreadable", path=str(config.artifact), error=str(error))
+        get_logger().warning(
+            "build.previous_unreadable", path=str(config.artifact), error=str(error)
+        )
         return None
 
 
@@ -154,8 +164,11 @@ def build(target: Path, *, plugins: Registry | None = None) -> BuildResult:
         targets: list[StageTarget] = []
         for module in project.modules:
             allowed = [
-                d for d in project.decisions
-                if d.module == module.name and d.plugin == plugin.name and d.outcome is Outcome.ALLOWED
+                d
+                for d in project.decisions
+                if d.module == module.name
+                and d.plugin == plugin.name
+                and d.outcome is Outcome.ALLOWED
             ]
             if not allowed:
                 continue
@@ -166,13 +179,17 @@ def build(target: Path, *, plugins: Registry | None = None) -> BuildResult:
                 for decision, entry in zip(allowed, old, strict=True):
                     assert entry is not None
                     settled = decision.settle(
-                        Outcome.REUSED, "reused", "unchanged since the last build; entry reused",
+                        Outcome.REUSED,
+                        "reused",
+                        "unchanged since the last build; entry reused",
                         signature=entry.signature,
                     )
                     decisions[decision.module, decision.qualname] = settled
                     entries[entry.key] = _with_decision(entry, settled)
                 keys[module.name][plugin.name] = key
-                log.info("build.reuse", plugin=plugin.name, module=module.name, functions=len(allowed))
+                log.info(
+                    "build.reuse", plugin=plugin.name, module=module.name, functions=len(allowed)
+                )
                 continue
             names = {d.qualname for d in allowed}
             functions = tuple(f for f in module.functions if f.qualname in names)
@@ -188,24 +205,35 @@ def build(target: Path, *, plugins: Registry | None = None) -> BuildResult:
                 if isinstance(result, Entry):
                     platforms = ", ".join(result.platforms)
                     settled = decision.settle(
-                        Outcome.STAGED, "staged", f"{plugin.verb} for {platforms}",
+                        Outcome.STAGED,
+                        "staged",
+                        f"{plugin.verb} for {platforms}",
                         signature=result.signature,
                     )
                     entries[result.key] = _with_decision(result, settled)
                 else:
                     failure = result or StageFailure(
-                        t.module.name, function.qualname, "export-failed",
+                        t.module.name,
+                        function.qualname,
+                        "export-failed",
                         f"plugin {plugin.name!r} returned no result for this function",
                     )
                     settled = decision.settle(
-                        Outcome.STAYS, failure.rule, failure.reason, failure.remedy,
+                        Outcome.STAYS,
+                        failure.rule,
+                        failure.reason,
+                        failure.remedy,
                         output=failure.output,
                     )
                     keys[t.module.name].pop(plugin.name, None)
                 decisions[t.module.name, function.qualname] = settled
-                log.info("build.staged" if isinstance(result, Entry) else "build.failed",
-                         module=t.module.name, function=function.qualname, rule=settled.rule,
-                         reason=settled.reason)
+                log.info(
+                    "build.staged" if isinstance(result, Entry) else "build.failed",
+                    module=t.module.name,
+                    function=function.qualname,
+                    rule=settled.rule,
+                    reason=settled.reason,
+                )
 
     ordered = tuple(decisions[d.module, d.qualname] for d in project.decisions)
     for decision in ordered:
@@ -250,7 +278,9 @@ def _event_fields(decision: Decision) -> dict[str, Any]:
     }
 
 
-def staleness(config: Config, artifact: Artifact | None, plugins: Registry | None = None) -> str | None:
+def staleness(
+    config: Config, artifact: Artifact | None, plugins: Registry | None = None
+) -> str | None:
     """Why the artifact no longer matches the project, or None when it does.
 
     Cheap on purpose, since ``ppy run`` asks it at every start: it hashes the
@@ -283,4 +313,3 @@ def staleness(config: Config, artifact: Artifact | None, plugins: Registry | Non
                 if stage_key(module, config, plugin, settings[name]) != key:
                     return f"plugin {name!r} or its tools changed since the build"
     return None
-

@@ -22,15 +22,23 @@ def _common() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     group = common.add_argument_group("logging")
     group.add_argument(
-        "-v", "--verbose", action="count", default=argparse.SUPPRESS,
+        "-v",
+        "--verbose",
+        action="count",
+        default=argparse.SUPPRESS,
         help="show decision, bind and fallback events (-vv: debug events too)",
     )
     group.add_argument(
-        "-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=argparse.SUPPRESS,
         help="show errors only",
     )
     group.add_argument(
-        "--log-format", choices=("console", "json"), default=argparse.SUPPRESS,
+        "--log-format",
+        choices=("console", "json"),
+        default=argparse.SUPPRESS,
         help="console lines for people (default) or one JSON object per event",
     )
     return common
@@ -46,50 +54,78 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     build = commands.add_parser(
-        "build", parents=[common], help="stage what can be staged and write the artifact",
+        "build",
+        parents=[common],
+        help="stage what can be staged and write the artifact",
         description="Read the project's .ppy files, decide function by function what can be "
         "staged, stage it, and write one artifact. Prints one line per candidate function.",
     )
-    build.add_argument("path", nargs="?", default=".", type=Path,
-                       help="the project folder or a file in it (default: .)")
-    build.add_argument("--keep-going", action="store_true",
-                       help="exit 0 even when a function the policy allowed could not be staged")
+    build.add_argument(
+        "path",
+        nargs="?",
+        default=".",
+        type=Path,
+        help="the project folder or a file in it (default: .)",
+    )
+    build.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="exit 0 even when a function the policy allowed could not be staged",
+    )
 
     run = commands.add_parser(
-        "run", parents=[common], help="run a program with its staged functions in place",
+        "run",
+        parents=[common],
+        help="run a program with its staged functions in place",
         description="Run FILE as `python FILE ARGS...` would, with each staged function bound "
         "in place of the original. Builds first when the artifact is missing or stale.",
     )
-    run.add_argument("--no-build", action="store_true",
-                     help="never build; run what the artifact holds")
+    run.add_argument(
+        "--no-build", action="store_true", help="never build; run what the artifact holds"
+    )
     run.add_argument("program", type=Path, metavar="FILE", help="the .ppy program to run")
-    run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
-                     help="arguments passed to the program")
+    run.add_argument(
+        "args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments passed to the program"
+    )
 
     inspect = commands.add_parser(
-        "inspect", parents=[common], help="print an artifact's manifest, entries and signatures",
+        "inspect",
+        parents=[common],
+        help="print an artifact's manifest, entries and signatures",
         description="Validate an artifact and print what it holds.",
     )
     inspect.add_argument("artifact", type=Path, metavar="ARTIFACT")
     inspect.add_argument("--json", action="store_true", help="print the manifest as JSON")
 
     explain = commands.add_parser(
-        "explain", parents=[common], help="print the decision trail for one function",
+        "explain",
+        parents=[common],
+        help="print the decision trail for one function",
         description="Print every rule evaluated for a function and the one that decided.",
     )
-    explain.add_argument("name", metavar="NAME",
-                         help="function name, or module.name when several modules have it")
-    explain.add_argument("path", nargs="?", default=".", type=Path,
-                         help="the project folder or a file in it (default: .)")
+    explain.add_argument(
+        "name", metavar="NAME", help="function name, or module.name when several modules have it"
+    )
+    explain.add_argument(
+        "path",
+        nargs="?",
+        default=".",
+        type=Path,
+        help="the project folder or a file in it (default: .)",
+    )
 
     commands.add_parser(
-        "plugins", parents=[common], help="list installed plugins and runtimes",
+        "plugins",
+        parents=[common],
+        help="list installed plugins and runtimes",
         description="List the distributions registered under ppy.plugins and ppy.runtimes, "
         "their versions, and whether each loaded.",
     )
 
     cache = commands.add_parser(
-        "cache", parents=[common], help="show or clear the compiled-executable cache",
+        "cache",
+        parents=[common],
+        help="show or clear the compiled-executable cache",
         description="The per-user cache of compiled executables (never part of an artifact).",
     )
     cache.add_argument("action", nargs="?", choices=("show", "clear"), default="show")
@@ -131,16 +167,20 @@ def _build(args: argparse.Namespace) -> int:
     result = build(path)
     for line in build_lines(result.decisions, result.project.plugins):
         print(line)
-    counts = {o: sum(d.outcome.value == o for d in result.decisions)
-              for o in ("staged", "reused", "stays")}
+    counts = {
+        o: sum(d.outcome.value == o for d in result.decisions)
+        for o in ("staged", "reused", "stays")
+    }
     print(
         f"wrote {result.project.config.artifact}: {counts['staged']} staged, "
         f"{counts['reused']} reused, {counts['stays']} stay"
     )
     if result.failed and not args.keep_going:
         names = ", ".join(f"{d.module}.{d.qualname}" for d in result.failed)
-        print(f"ppy: error: could not stage {names} (see above); --keep-going accepts that",
-              file=sys.stderr)
+        print(
+            f"ppy: error: could not stage {names} (see above); --keep-going accepts that",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

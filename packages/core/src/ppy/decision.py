@@ -37,7 +37,12 @@ class Check:
     remedy: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"rule": self.rule, "passed": self.passed, "detail": self.detail, "remedy": self.remedy}
+        return {
+            "rule": self.rule,
+            "passed": self.passed,
+            "detail": self.detail,
+            "remedy": self.remedy,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Check:

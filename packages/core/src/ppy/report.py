@@ -104,7 +104,10 @@ def _trail(decision: Decision, note: str) -> str:
 
 
 def plugin_lines(plugins: Registry, runtimes: Registry) -> Iterator[str]:
-    for title, registry in (("plugins (ppy.plugins)", plugins), ("runtimes (ppy.runtimes)", runtimes)):
+    for title, registry in (
+        ("plugins (ppy.plugins)", plugins),
+        ("runtimes (ppy.runtimes)", runtimes),
+    ):
         yield f"{title}:"
         if not registry.installed:
             yield "  none installed"
