@@ -251,9 +251,11 @@ def build(target: Path, *, plugins: Registry | None = None) -> BuildResult:
     )
     write_artifact(artifact, config.artifact)
     log.info("build.written", path=str(config.artifact), entries=len(artifact.entries))
-    allowed = {(d.module, d.qualname) for d in project.decisions if d.outcome is Outcome.ALLOWED}
+    permitted = {
+        (d.module, d.qualname) for d in project.decisions if d.outcome is Outcome.ALLOWED
+    }
     failed = tuple(
-        d for d in ordered if d.outcome is Outcome.STAYS and (d.module, d.qualname) in allowed
+        d for d in ordered if d.outcome is Outcome.STAYS and (d.module, d.qualname) in permitted
     )
     return BuildResult(project, artifact, ordered, failed)
 

@@ -47,9 +47,10 @@ def launch(program: Path, argv: list[str], *, build: bool = True) -> int:
         except PpyError as error:
             log.warning("run.build_failed", error=str(error))
     runtimes = load_runtimes().by_name if artifact is not None and artifact.entries else {}
-    return run_program(
+    code: int = run_program(
         program.resolve(), argv, artifact=artifact, runtimes=runtimes, root=config.root
     )
+    return code
 
 
 def _build(program: Path, log: Any) -> Artifact:

@@ -25,17 +25,16 @@ def build_lines(decisions: Sequence[Decision], plugins: Registry) -> Iterator[st
     Columns are aligned so a project's lines read as a table; the remedy of a
     function that stays goes on the line under it.
     """
-    rows = [
-        (d.module, d.qualname, _word(d, plugins), d.kind or "-", d.signature, d.reason, d)
-        for d in decisions
-    ]
-    if not rows:
+    if not decisions:
         yield "no candidate functions (nothing decorated with a stageable decorator)"
         return
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    for *cols, reason, decision in rows:
+    rows = [
+        (d.module, d.qualname, _word(d, plugins), d.kind or "-", d.signature) for d in decisions
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    for cols, decision in zip(rows, decisions, strict=True):
         text = "  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))
-        yield f"{text}  {reason}"
+        yield f"{text}  {decision.reason}"
         if decision.outcome is Outcome.STAYS and decision.remedy:
             yield f"    remedy: {decision.remedy}"
         if decision.output:
