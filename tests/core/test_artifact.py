@@ -493,13 +493,14 @@ def test_an_unknown_format_version_says_which_this_ppy_reads(written: Path) -> N
 @pytest.mark.parametrize(
     ("field", "value", "expected"),
     [
-        ("project", _DELETE, "manifest.project is missing"),
+        ("project", _DELETE, "project is missing"),
         ("project", 3, "project must be a string"),
         ("written_by.jax", 0.1, "written_by.jax must be a string"),
         ("modules", {}, "modules must be a list"),
         ("modules[1].sha256", "abc", "modules[1].sha256 must be 64 lowercase hex"),
         ("modules[0].stage_keys", [], "modules[0].stage_keys must be an object"),
         ("modules[0].extra", 1, "modules[0].extra is not a field of format version 1"),
+        ("modules[1].name", "model", "module 'model' is listed twice"),
         ("entries[0].kind", "", "entries[0].kind is empty"),
         ("entries[0].inputs[0].dims[1]", 4.5, "entries[0].inputs[0].dims[1] must be"),
         ("entries[0].inputs[0].dims[0]", True, "entries[0].inputs[0].dims[0] must be"),
@@ -514,7 +515,7 @@ def test_an_unknown_format_version_says_which_this_ppy_reads(written: Path) -> N
         ("decisions[1].trail[0].passed", "yes", "decisions[1].trail[0].passed must be"),
         ("decisions[1].remedy", 5, "decisions[1].remedy must be a string or null"),
         ("decisions[0]", _DELETE, None),
-        ("decisions", _DELETE, "manifest.decisions is missing"),
+        ("decisions", _DELETE, "decisions is missing"),
     ],
 )
 def test_a_missing_or_ill_typed_field_is_named(

@@ -30,7 +30,7 @@ import secrets
 import zipfile
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any, NoReturn
@@ -282,16 +282,18 @@ class _Reader:
         raise ArtifactError(message, path=self.path, member=member)
 
     def obj(self, value: Any, where: str, keys: Iterable[str]) -> Mapping[str, Any]:
+        """``value`` as an object with exactly ``keys``; ``where`` "" is the manifest itself."""
         if not isinstance(value, dict):
-            self.fail(f"{where} must be an object, found {_json_type(value)}")
+            self.fail(f"{where or 'the manifest'} must be an object, found {_json_type(value)}")
+        prefix = f"{where}." if where else ""
         expected = set(keys)
         missing = sorted(expected - set(value))
         if missing:
-            self.fail(f"{where}.{missing[0]} is missing")
+            self.fail(f"{prefix}{missing[0]} is missing")
         extra = sorted(set(value) - expected)
         if extra:
             self.fail(
-                f"{where}.{extra[0]} is not a field of format version {FORMAT_VERSION} "
+                f"{prefix}{extra[0]} is not a field of format version {FORMAT_VERSION} "
                 "(a file with new fields has a new format version)"
             )
         return value
@@ -556,6 +558,95 @@ def _describe(error: Exception) -> str:
     return str(error) or type(error).__name__
 
 
+def _open(r: _Reader, data: bytes) -> zipfile.ZipFile:
+    try:
+        return zipfile.ZipFile(io.BytesIO(data))
+    except (zipfile.BadZipFile, NotImplementedError, EOFError, ValueError, OSError) as error:
+        r.fail(
+            f"not a ppy artifact: not a zip archive, or a truncated one ({_describe(error)})",
+            member=None,
+        )
+
+
+def _members(r: _Reader, archive: zipfile.ZipFile) -> dict[str, zipfile.ZipInfo]:
+    """The archive's members by name, once each name is known to be safe and unique."""
+    found: dict[str, zipfile.ZipInfo] = {}
+    for info in archive.infolist():
+        why = _safe_member(info.filename)
+        if why:
+            r.fail(f"archive member name {info.filename!r} {why}", member=None)
+        if info.filename in found:
+            r.fail("the archive holds this member twice", member=info.filename)
+        found[info.filename] = info
+    return found
+
+
+def _document(r: _Reader, raw: bytes) -> Mapping[str, Any]:
+    """The manifest's JSON, once it says it is a format and version this ppy reads."""
+    try:
+        document = json.loads(
+            raw.decode("utf-8"), object_pairs_hook=_unique_keys, parse_constant=_reject_constant
+        )
+    except (UnicodeDecodeError, ValueError) as error:
+        r.fail(f"the manifest is not valid JSON ({error})")
+    if not isinstance(document, dict):
+        r.fail(f"the manifest must be a JSON object, found {_json_type(document)}")
+    if "format" not in document:
+        r.fail(f"not a ppy artifact: the manifest has no format (expected {FORMAT!r})")
+    if document["format"] != FORMAT:
+        r.fail(
+            f"not a ppy artifact: format is {_json_type(document['format'])}, expected {FORMAT!r}"
+        )
+    version = document.get("format_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        r.fail(f"format_version must be an integer, found {_json_type(version)}")
+    if version not in READABLE_VERSIONS:
+        readable = ", ".join(str(v) for v in READABLE_VERSIONS)
+        writer = document.get("written_by")
+        by = writer.get("ppy") if isinstance(writer, dict) else None
+        r.fail(
+            f"format version {version} is not one this ppy reads (it reads version "
+            f"{readable})" + (f"; it was written by ppy {by}" if isinstance(by, str) else "")
+        )
+    return r.obj(document, "", _TOP_KEYS)
+
+
+def _module(r: _Reader, value: Any, where: str) -> ModuleRecord:
+    record = r.obj(value, where, _MODULE_KEYS)
+    return ModuleRecord(
+        name=r.text(record["name"], f"{where}.name"),
+        path=r.text(record["path"], f"{where}.path"),
+        sha256=r.sha256(record["sha256"], f"{where}.sha256"),
+        stage_keys=r.str_map(record["stage_keys"], f"{where}.stage_keys"),
+    )
+
+
+def _unique(r: _Reader, names: Sequence[str], what: str) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            r.fail(f"{what} {name} is listed twice")
+        seen.add(name)
+
+
+def _payload(
+    r: _Reader, archive: zipfile.ZipFile, members: Mapping[str, zipfile.ZipInfo], item: _Listed
+) -> bytes:
+    """A listed member's bytes, checked against the size and sha256 the manifest gives."""
+    info = members.get(item.member)
+    if info is None:
+        r.fail("the manifest lists this member but the archive lacks it", member=item.member)
+    # Compare the declared size first: nothing is decompressed beyond what was promised.
+    if info.file_size != item.size:
+        r.fail(f"size is {info.file_size} bytes, the manifest says {item.size}", member=item.member)
+    content = _read_member(r, archive, info)
+    if len(content) != item.size:
+        r.fail(f"size is {len(content)} bytes, the manifest says {item.size}", member=item.member)
+    if hashlib.sha256(content).hexdigest() != item.sha256:
+        r.fail("sha256 does not match the manifest; the content changed", member=item.member)
+    return content
+
+
 def loads(data: bytes, *, path: str = "<bytes>") -> Artifact:
     """Parse and validate artifact bytes; every problem is an ``ArtifactError``.
 
@@ -565,144 +656,46 @@ def loads(data: bytes, *, path: str = "<bytes>") -> Artifact:
     what the manifest says about it.
     """
     r = _Reader(path)
-    try:
-        archive = zipfile.ZipFile(io.BytesIO(data))
-    except (zipfile.BadZipFile, NotImplementedError, EOFError, ValueError, OSError) as error:
-        r.fail(
-            f"not a ppy artifact: not a zip archive, or a truncated one ({_describe(error)})",
-            member=None,
-        )
-    with archive:
-        infos = archive.infolist()
-        seen: set[str] = set()
-        for info in infos:
-            why = _safe_member(info.filename)
-            if why:
-                r.fail(f"archive member name {info.filename!r} {why}", member=None)
-            if info.filename in seen:
-                r.fail("the archive holds this member twice", member=info.filename)
-            seen.add(info.filename)
-        by_name = {info.filename: info for info in infos}
-        if MANIFEST not in by_name:
+    with _open(r, data) as archive:
+        members = _members(r, archive)
+        if MANIFEST not in members:
             r.fail(f"not a ppy artifact: the archive has no {MANIFEST}", member=None)
-        raw = _read_member(r, archive, by_name[MANIFEST])
-        try:
-            document = json.loads(
-                raw.decode("utf-8"),
-                object_pairs_hook=_unique_keys,
-                parse_constant=_reject_constant,
-            )
-        except (UnicodeDecodeError, ValueError) as error:
-            r.fail(f"the manifest is not valid JSON ({error})")
-        if not isinstance(document, dict):
-            r.fail(f"the manifest must be a JSON object, found {_json_type(document)}")
+        top = _document(r, _read_member(r, archive, members[MANIFEST]))
 
-        if "format" not in document:
-            r.fail(f"not a ppy artifact: the manifest has no format (expected {FORMAT!r})")
-        if document["format"] != FORMAT:
-            r.fail(
-                f"not a ppy artifact: format is {_json_type(document['format'])}, "
-                f"expected {FORMAT!r}"
-            )
-        version = document.get("format_version")
-        if not isinstance(version, int) or isinstance(version, bool):
-            r.fail(f"format_version must be an integer, found {_json_type(version)}")
-        if version not in READABLE_VERSIONS:
-            readable = ", ".join(str(v) for v in READABLE_VERSIONS)
-            writer = document.get("written_by")
-            by = writer.get("ppy") if isinstance(writer, dict) else None
-            r.fail(
-                f"format version {version} is not one this ppy reads (it reads version "
-                f"{readable})" + (f"; it was written by ppy {by}" if isinstance(by, str) else "")
-            )
-
-        top = r.obj(document, "manifest", _TOP_KEYS)
         written_by = r.str_map(top["written_by"], "written_by")
         project = r.text(top["project"], "project")
         config_digest = r.text(top["config_digest"], "config_digest")
-        modules = []
-        for i, item in enumerate(r.array(top["modules"], "modules")):
-            where = f"modules[{i}]"
-            record = r.obj(item, where, _MODULE_KEYS)
-            modules.append(
-                ModuleRecord(
-                    name=r.text(record["name"], f"{where}.name"),
-                    path=r.text(record["path"], f"{where}.path"),
-                    sha256=r.sha256(record["sha256"], f"{where}.sha256"),
-                    stage_keys=r.str_map(record["stage_keys"], f"{where}.stage_keys"),
-                )
-            )
-        names = [m.name for m in modules]
-        for name in names:
-            if names.count(name) > 1:
-                r.fail(f"module {name!r} is listed twice in modules")
-        entries: list[Entry] = []
-        listed: list[_Listed] = []
-        for i, item in enumerate(r.array(top["entries"], "entries")):
-            entry, members = _entry(r, item, i)
-            entries.append(entry)
-            listed.extend(members)
-        keys = [e.key for e in entries]
-        for key in keys:
-            if keys.count(key) > 1:
-                r.fail(f"entry {key[0]}:{key[1]} is listed twice in entries")
+        modules = tuple(
+            _module(r, m, f"modules[{i}]") for i, m in enumerate(r.array(top["modules"], "modules"))
+        )
+        _unique(r, [repr(m.name) for m in modules], "module")
+        parsed = [_entry(r, e, i) for i, e in enumerate(r.array(top["entries"], "entries"))]
+        _unique(r, [f"{e.module}:{e.qualname}" for e, _ in parsed], "entry")
         decisions = tuple(
             _decision(r, d, f"decisions[{i}]")
             for i, d in enumerate(r.array(top["decisions"], "decisions"))
         )
 
+        listed = [item for _, items in parsed for item in items]
         claimed: set[str] = {MANIFEST}
         for item in listed:
             if item.member in claimed:
                 r.fail("the manifest lists this member twice", member=item.member)
             claimed.add(item.member)
-        extra = sorted(set(by_name) - claimed)
+        extra = sorted(set(members) - claimed)
         if extra:
             r.fail("the archive holds a member the manifest does not list", member=extra[0])
-
-        payloads: dict[int, dict[str, bytes]] = {i: {} for i in range(len(entries))}
-        for item in listed:
-            found = by_name.get(item.member)
-            if found is None:
-                r.fail(
-                    "the manifest lists this member but the archive lacks it", member=item.member
-                )
-            if found.file_size != item.size:
-                r.fail(
-                    f"size is {found.file_size} bytes, the manifest says {item.size}",
-                    member=item.member,
-                )
-            content = _read_member(r, archive, found)
-            if len(content) != item.size:
-                r.fail(
-                    f"size is {len(content)} bytes, the manifest says {item.size}",
-                    member=item.member,
-                )
-            if hashlib.sha256(content).hexdigest() != item.sha256:
-                r.fail(
-                    "sha256 does not match the manifest; the content changed", member=item.member
-                )
-            payloads[item.entry][item.short] = content
+        entries = tuple(
+            replace(entry, payload={i.short: _payload(r, archive, members, i) for i in items})
+            for entry, items in parsed
+        )
 
     return Artifact(
         project=project,
         config_digest=config_digest,
         written_by=written_by,
-        modules=tuple(modules),
-        entries=tuple(
-            Entry(
-                module=e.module,
-                qualname=e.qualname,
-                kind=e.kind,
-                inputs=e.inputs,
-                outputs=e.outputs,
-                platforms=e.platforms,
-                payload=payloads[i],
-                metadata=e.metadata,
-                decision=e.decision,
-            )
-            for i, e in enumerate(entries)
-        ),
+        modules=modules,
+        entries=entries,
         decisions=decisions,
     )
 
