@@ -1,0 +1,302 @@
+"""``[tool.ppy]``: the project's configuration, read once into a frozen record.
+
+Everything that lets ``ppy build`` run project code is off until the project
+says otherwise here, so the reader is strict: an unknown key, a wrong type or
+a wrong value is an error naming the file and the key, never a silent default
+that would leave an opt-in unnoticed. Plugins validate their own tables with
+``validate_table`` so every table of the file reports errors the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Final
+
+from ppy.errors import ConfigError
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - only where tomllib is missing
+    import tomli as tomllib  # type: ignore[no-redef,import-not-found,unused-ignore]
+
+__all__ = [
+    "ALLOWED_KEYS",
+    "DEFAULT_ARTIFACT",
+    "Config",
+    "Setting",
+    "load_config",
+    "remedy_for",
+    "toml_type",
+    "validate_table",
+]
+
+#: Where the artifact goes when ``artifact`` is not set, relative to the root.
+DEFAULT_ARTIFACT: Final = ".ppy/artifact.ppyz"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One key of a table: what types it takes, its default, and what it means."""
+
+    types: tuple[type, ...]
+    default: Any
+    help: str
+    choices: tuple[Any, ...] | None = None
+
+
+_CORE_SCHEMA: Final[Mapping[str, Setting]] = {
+    "build-execution": Setting(
+        (str,),
+        "deny",
+        "whether ppy build may import and run project code to stage it",
+        ("allow", "deny"),
+    ),
+    "artifact": Setting(
+        (str,), DEFAULT_ARTIFACT, "where the artifact is written, relative to the project root"
+    ),
+    "plugins": Setting((dict,), {}, "one table per plugin, [tool.ppy.plugins.<name>]"),
+}
+
+#: The keys ``[tool.ppy]`` accepts.
+ALLOWED_KEYS: Final[tuple[str, ...]] = tuple(_CORE_SCHEMA)
+
+
+@dataclass(frozen=True)
+class Config:
+    #: Directory of the pyproject.toml found, or the target's directory if none.
+    root: Path
+    pyproject: Path | None
+    #: ``[project].name``, else the root directory's name.
+    project: str
+    #: ``build-execution = "allow"``; off by default.
+    build_execution: bool
+    #: Absolute path of the artifact file.
+    artifact: Path
+    #: Raw ``[tool.ppy.plugins.<name>]`` tables; each plugin validates its own.
+    plugins: Mapping[str, Mapping[str, Any]]
+    #: sha256 of the canonical JSON of the whole ``[tool.ppy]`` table, so an
+    #: artifact built under another configuration is seen to be stale.
+    digest: str
+
+    @property
+    def config_path(self) -> Path:
+        """The pyproject.toml that holds, or would hold, the configuration."""
+        return self.pyproject if self.pyproject is not None else self.root / "pyproject.toml"
+
+
+_TOML_TYPES: Final[Mapping[type, str]] = {
+    bool: "boolean",
+    int: "integer",
+    float: "float",
+    str: "string",
+    list: "array",
+    dict: "table",
+}
+
+
+def toml_type(value: object) -> str:
+    """The TOML word for a value's type (``true`` is a boolean, not an integer)."""
+    for python_type, word in _TOML_TYPES.items():
+        if type(value) is python_type:
+            return word
+    if isinstance(value, Mapping):
+        return "table"
+    return type(value).__name__
+
+
+def _a(word: str) -> str:
+    return f"an {word}" if word[:1] in "aeiou" else f"a {word}"
+
+
+def _type_words(types: tuple[type, ...]) -> str:
+    return _a(" or ".join(_TOML_TYPES.get(t, t.__name__) for t in types))
+
+
+def _found(value: object) -> str:
+    """``is a boolean (true)``: what a message says was found."""
+    return f"is {_a(toml_type(value))} ({_render(value)})"
+
+
+def _matches(value: object, types: tuple[type, ...]) -> bool:
+    # bool is a subclass of int: true is not an integer and 1 is not a boolean.
+    if isinstance(value, bool):
+        return bool in types
+    if isinstance(value, int) and float in types:
+        return True
+    if isinstance(value, Mapping) and dict in types:
+        return True
+    return any(t is not bool and isinstance(value, t) for t in types)
+
+
+def _render(value: object) -> str:
+    """A value as TOML would spell it, for messages."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (str, list, dict)):
+        return json.dumps(value, default=str)
+    return repr(value)
+
+
+def validate_table(
+    table: Mapping[str, Any], schema: Mapping[str, Setting], *, path: str, prefix: str
+) -> dict[str, Any]:
+    """Check ``table`` against ``schema`` and return it with defaults filled in.
+
+    ``prefix`` is the table's dotted name (``tool.ppy.plugins.jax``), so each
+    error names the full key. An integer is accepted for a float setting and
+    returned as a float; nothing else is converted.
+    """
+    allowed = ", ".join(schema) if schema else "(none)"
+    for key in table:
+        if key not in schema:
+            raise ConfigError(
+                f"unknown key {key!r}; allowed keys: {allowed}",
+                path=path,
+                key=f"{prefix}.{key}",
+                remedy=f"remove it, or use one of: {allowed}",
+            )
+    result: dict[str, Any] = {}
+    for key, setting in schema.items():
+        if key not in table:
+            result[key] = setting.default
+            continue
+        value = table[key]
+        if not _matches(value, setting.types):
+            raise ConfigError(
+                f"{_found(value)}; wanted {_type_words(setting.types)}: {setting.help}",
+                path=path,
+                key=f"{prefix}.{key}",
+            )
+        if type(value) is int and float in setting.types and int not in setting.types:
+            value = float(value)
+        if setting.choices is not None and value not in setting.choices:
+            allowed_values = ", ".join(_render(c) for c in setting.choices)
+            raise ConfigError(
+                f"{_render(value)} is not allowed; use one of: {allowed_values}",
+                path=path,
+                key=f"{prefix}.{key}",
+            )
+        result[key] = value
+    return result
+
+
+def remedy_for(config: Config, *, table: str, line: str) -> str:
+    """Where a missing setting goes: ``add X under [tool.ppy] in /abs/pyproject.toml``."""
+    if config.pyproject is None:
+        return f"create {config.root / 'pyproject.toml'} with {line} under [{table}]"
+    return f"add {line} under [{table}] in {config.pyproject}"
+
+
+def _find_pyproject(start: Path) -> Path | None:
+    for directory in (start, *start.parents):
+        candidate = directory / "pyproject.toml"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)$")
+
+
+def _parse(pyproject: Path) -> dict[str, Any]:
+    path = str(pyproject)
+    try:
+        data = pyproject.read_bytes()
+    except OSError as error:
+        raise ConfigError(f"cannot be read: {error.strerror or error}", path=path) from error
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"is not UTF-8 text (byte {error.start}); TOML files are UTF-8", path=path
+        ) from error
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        message = str(error)
+        match = _POSITION.search(message)
+        where = f"{path}:{match.group(1)}:{match.group(2)}" if match else path
+        detail = _POSITION.sub("", message).strip()
+        raise ConfigError(f"invalid TOML: {detail}", path=where) from error
+
+
+def _digest(table: Mapping[str, Any]) -> str:
+    canonical = json.dumps(
+        table, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _tool_ppy(document: Mapping[str, Any], path: str) -> Mapping[str, Any]:
+    tool = document.get("tool", {})
+    if not isinstance(tool, Mapping):
+        raise ConfigError(f"{_found(tool)}; wanted a table", path=path, key="tool")
+    table = tool.get("ppy", {})
+    if not isinstance(table, Mapping):
+        raise ConfigError(
+            f"{_found(table)}; wanted a table, [tool.ppy]",
+            path=path,
+            key="tool.ppy",
+        )
+    return table
+
+
+def _plugin_tables(raw: Mapping[str, Any], path: str) -> Mapping[str, Mapping[str, Any]]:
+    plugins: dict[str, Mapping[str, Any]] = {}
+    for name, entry in raw.items():
+        if not isinstance(entry, Mapping):
+            raise ConfigError(
+                f"{_found(entry)}; wanted a table, [tool.ppy.plugins.{name}]",
+                path=path,
+                key=f"tool.ppy.plugins.{name}",
+            )
+        plugins[name] = MappingProxyType(dict(entry))
+    return MappingProxyType(plugins)
+
+
+def load_config(target: Path) -> Config:
+    """The configuration for ``target`` (a file or a directory).
+
+    The nearest pyproject.toml at or above it decides the project root; with
+    none, the target's directory is the root and every setting has its default.
+    """
+    target = Path(target).resolve()
+    start = target if target.is_dir() else target.parent
+    pyproject = _find_pyproject(start)
+    if pyproject is None:
+        root, document = start, {}
+    else:
+        root, document = pyproject.parent, _parse(pyproject)
+    path = str(pyproject if pyproject is not None else root / "pyproject.toml")
+    table = _tool_ppy(document, path)
+    if "plugins" in table and not isinstance(table["plugins"], Mapping):
+        value = table["plugins"]
+        raise ConfigError(
+            f"{_found(value)}; wanted a table of plugin tables, [tool.ppy.plugins.<name>]",
+            path=path,
+            key="tool.ppy.plugins",
+        )
+    settings = validate_table(table, _CORE_SCHEMA, path=path, prefix="tool.ppy")
+    if not settings["artifact"].strip():
+        raise ConfigError(
+            'is empty; wanted a file path such as ".ppy/artifact.ppyz"',
+            path=path,
+            key="tool.ppy.artifact",
+        )
+    project = document.get("project", {})
+    name = project.get("name") if isinstance(project, Mapping) else None
+    return Config(
+        root=root,
+        pyproject=pyproject,
+        project=name if isinstance(name, str) and name else root.name,
+        build_execution=settings["build-execution"] == "allow",
+        artifact=(root / settings["artifact"]).resolve(),
+        plugins=_plugin_tables(settings["plugins"], path),
+        digest=_digest(table),
+    )
