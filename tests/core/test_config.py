@@ -6,7 +6,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from ppy.config import Setting, load_config, remedy_for, validate_table
 from ppy.errors import ConfigError
 
