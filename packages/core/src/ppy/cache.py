@@ -1,0 +1,183 @@
+"""The per-user cache of compiled executables.
+
+A compiled executable is native code for one machine, one jaxlib and one set
+of concrete input shapes, so it never goes in an artifact: it is compiled on
+first use and kept here. Each file carries a small header with the sha256 of
+its body; a file that does not match (a torn write from another tool, a full
+disk, bit rot) is deleted and logged as ``cache.corrupt``, and the caller
+compiles again. Writes go to a temporary file in the same directory and are
+moved in place with ``os.replace``, so a reader never sees half a file.
+
+The directory is ``$PPY_CACHE_DIR``, else ``$XDG_CACHE_HOME/ppy``, else
+``~/.cache/ppy``; it is created with mode 0700 because what it holds is
+loaded as code.
+
+Core never imports jax: the runtime supplies the facts that make up a key
+(``executable_key``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CACHE_ENV",
+    "ExecutableCache",
+    "cache_dir",
+    "executable_key",
+    "render_cache_summary",
+]
+
+CACHE_ENV = "PPY_CACHE_DIR"
+
+#: First line of every cache file; the format version is in it, so a later
+#: layout never misreads an older file (it reads as corrupt and is rebuilt).
+_MAGIC = b"ppy-executable 1\n"
+_DIGEST_LEN = 64
+_SUFFIX = ".exe"
+_KEY = re.compile(r"[0-9a-f]{64}")
+
+
+def cache_dir() -> Path:
+    """Where executables are cached for this user (not created here)."""
+    explicit = os.environ.get(CACHE_ENV)
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg:
+        return Path(xdg).expanduser() / "ppy"
+    return Path.home() / ".cache" / "ppy"
+
+
+def executable_key(
+    entry_digest: str,
+    signature: Iterable[tuple[tuple[int, ...], str]],
+    *,
+    platform: str,
+    device_kind: str,
+    versions: Iterable[tuple[str, str]],
+) -> str:
+    """The cache key of one executable: sha256 over everything it depends on.
+
+    ``entry_digest`` is the hash of the export payload, ``signature`` the
+    concrete (shape, dtype name) of each input, ``versions`` pairs such as
+    ``("jax", "0.10.2")``. A change in any of them is a different key, so a
+    stale executable is never found rather than found and rejected.
+    """
+    parts = [f"entry={entry_digest}", f"platform={platform}", f"device_kind={device_kind}"]
+    parts += [f"in={','.join(str(d) for d in shape)}:{dtype}" for shape, dtype in signature]
+    parts += [f"{name}={version}" for name, version in sorted(versions)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _log() -> Any:
+    import structlog
+
+    return structlog.get_logger("ppy")
+
+
+class ExecutableCache:
+    """Executables by key, one file each, checked on every read."""
+
+    def __init__(self, directory: Path | None = None) -> None:
+        self.directory = directory if directory is not None else cache_dir()
+
+    def _path(self, key: str) -> Path:
+        if not _KEY.fullmatch(key):
+            raise ValueError(f"cache key must be 64 hex digits, got {key!r}")
+        return self.directory / f"{key}{_SUFFIX}"
+
+    def _files(self, *, temporary: bool = False) -> Iterator[Path]:
+        if self.directory.is_dir():
+            for path in sorted(self.directory.glob(f"*{_SUFFIX}")):
+                if temporary or not path.name.startswith(".tmp-"):
+                    yield path
+
+    def get(self, key: str) -> bytes | None:
+        """The executable's bytes, or None when absent or damaged (then deleted)."""
+        path = self._path(key)
+        log = _log()
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            log.debug("cache.miss", key=key)
+            return None
+        body = _check(raw)
+        if body is None:
+            log.warning("cache.corrupt", key=key, path=str(path), remedy="it is compiled again")
+            path.unlink(missing_ok=True)
+            return None
+        log.debug("cache.hit", key=key, bytes=len(body))
+        return body
+
+    def put(self, key: str, data: bytes) -> Path:
+        """Store ``data`` under ``key`` atomically; the last writer wins."""
+        path = self._path(key)
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        digest = hashlib.sha256(data).hexdigest().encode()
+        fd, temp = tempfile.mkstemp(prefix=".tmp-", suffix=_SUFFIX, dir=self.directory)
+        try:
+            with os.fdopen(fd, "wb") as file:
+                file.write(_MAGIC + digest + b"\n" + data)
+            os.replace(temp, path)
+        except BaseException:
+            Path(temp).unlink(missing_ok=True)
+            raise
+        _log().debug("cache.write", key=key, bytes=len(data))
+        return path
+
+    def stats(self) -> tuple[int, int]:
+        """(number of executables, their total size in bytes)."""
+        entries = total = 0
+        for path in self._files():
+            try:
+                total += path.stat().st_size
+            except FileNotFoundError:
+                continue
+            entries += 1
+        return entries, total
+
+    def clear(self) -> int:
+        """Delete every cached executable (and stray temporary files); how many."""
+        removed = 0
+        for path in self._files(temporary=True):
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                continue
+            if not path.name.startswith(".tmp-"):
+                removed += 1
+        return removed
+
+
+def _check(raw: bytes) -> bytes | None:
+    header = len(_MAGIC) + _DIGEST_LEN + 1
+    if len(raw) < header or not raw.startswith(_MAGIC) or raw[header - 1 : header] != b"\n":
+        return None
+    body = raw[header:]
+    if hashlib.sha256(body).hexdigest().encode() != raw[len(_MAGIC) : header - 1]:
+        return None
+    return body
+
+
+def _size(count: int) -> str:
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def render_cache_summary(cache: ExecutableCache | None = None) -> str:
+    """What ``ppy cache`` prints: where the cache is and how much it holds."""
+    cache = cache if cache is not None else ExecutableCache()
+    entries, total = cache.stats()
+    noun = "executable" if entries == 1 else "executables"
+    return f"executable cache: {cache.directory}\n  {entries} {noun}, {_size(total)}"
