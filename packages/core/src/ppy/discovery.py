@@ -1,0 +1,576 @@
+"""Static discovery: what a ``.ppy`` module defines, read from its AST alone.
+
+Nothing here imports or runs the user's code: the build must be able to say
+what it would stage, and why not, on a machine where the project cannot even
+be imported (runtime-only installs, ``build-execution = "deny"``). Names are
+resolved through the module's own imports, so ``import jax as j; @j.jit`` and
+``from jax import jit`` both read as ``jax.jit``; annotations are followed
+through module-level aliases such as ``Batch = Annotated[...]``.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import os
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from ppy.annotations import check_dim, check_dtype
+from ppy.source import (
+    ArraySpec,
+    Decorator,
+    Differentiation,
+    FunctionInfo,
+    ModuleInfo,
+    Parameter,
+    ParameterKind,
+    Scope,
+)
+
+__all__ = [
+    "SKIPPED_DIRS",
+    "TRANSFORMS",
+    "discover_module",
+    "discover_source",
+    "find_sources",
+    "module_name",
+]
+
+#: Directories ``find_sources`` never enters (nor any whose name starts with ".").
+SKIPPED_DIRS: Final[frozenset[str]] = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".venv",
+        "venv",
+        ".nox",
+        ".tox",
+        "__pycache__",
+        "node_modules",
+        "build",
+        "dist",
+        ".ppy",
+    }
+)
+
+#: jax transforms that differentiate the function handed to them.
+TRANSFORMS: Final[frozenset[str]] = frozenset(
+    f"jax.{name}"
+    for name in (
+        "grad",
+        "value_and_grad",
+        "vjp",
+        "jvp",
+        "jacfwd",
+        "jacrev",
+        "hessian",
+        "linearize",
+    )
+)
+
+_PARTIAL: Final = frozenset({"functools.partial"})
+_ANNOTATED: Final = frozenset({"typing.Annotated", "typing_extensions.Annotated"})
+_SHAPE: Final = frozenset({"ppy.Shape", "ppy.annotations.Shape"})
+_DTYPE: Final = frozenset({"ppy.DType", "ppy.annotations.DType"})
+_TYPE_ALIAS: Final = frozenset({"typing.TypeAlias", "typing_extensions.TypeAlias"})
+_NOT_LITERAL: Final = "{marker} arguments must be literals so the build can read them"
+
+
+def _skipped(name: str) -> bool:
+    return name in SKIPPED_DIRS or name.startswith(".")
+
+
+def find_sources(root: Path) -> list[Path]:
+    """Every ``*.ppy`` file under ``root``, sorted by relative path."""
+    root = Path(root)
+    found: list[Path] = []
+    for directory, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not _skipped(d))
+        for name in filenames:
+            path = Path(directory, name)
+            if name.endswith(".ppy") and not name.startswith(".") and path.is_file():
+                found.append(path)
+    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+
+
+def module_name(root: Path, path: Path) -> str:
+    """The import name of a source: ``pkg/helpers.ppy`` is ``pkg.helpers``."""
+    relative = Path(path).relative_to(root)
+    parts = [*relative.parent.parts, relative.name.removesuffix(".ppy")]
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts.pop()
+    return ".".join(parts)
+
+
+def discover_module(root: Path, path: Path) -> ModuleInfo:
+    """Discover one file; the sha256 is of its bytes as they are on disk."""
+    data = Path(path).read_bytes()
+    relative = Path(path).relative_to(root).as_posix()
+    name = module_name(root, path)
+    digest = hashlib.sha256(data).hexdigest()
+    try:
+        source = importlib.util.decode_source(data)
+    except (UnicodeDecodeError, SyntaxError) as error:
+        return ModuleInfo(name, relative, "", digest, syntax_error=f"{relative}:1: {error}")
+    return _discover(source, module=name, path=relative, sha256=digest)
+
+
+def discover_source(source: str, *, module: str, path: str) -> ModuleInfo:
+    """Discover a module from its text; ``path`` is what messages call it."""
+    digest = hashlib.sha256(source.encode("utf-8")).hexdigest()
+    return _discover(source, module=module, path=path, sha256=digest)
+
+
+def _discover(source: str, *, module: str, path: str, sha256: str) -> ModuleInfo:
+    try:
+        tree = ast.parse(source, filename=path)
+    except SyntaxError as error:
+        message = f"{path}:{error.lineno or 1}: {error.msg}"
+        return ModuleInfo(module, path, source, sha256, syntax_error=message)
+    reader = _Reader(tree, module=module, path=path)
+    functions = reader.functions()
+    return ModuleInfo(module, path, source, sha256, functions=functions, aliases=reader.imports)
+
+
+# -- names ---------------------------------------------------------------------------------
+
+
+def _module_statements(body: Sequence[ast.stmt]) -> Iterator[ast.stmt]:
+    """Statements that run at module level, through if/try/with blocks."""
+    for statement in body:
+        yield statement
+        if isinstance(statement, ast.If | ast.While | ast.For | ast.AsyncFor):
+            yield from _module_statements(statement.body)
+            yield from _module_statements(statement.orelse)
+        elif isinstance(statement, ast.With | ast.AsyncWith):
+            yield from _module_statements(statement.body)
+        elif isinstance(statement, ast.Try):
+            yield from _module_statements(statement.body)
+            for handler in statement.handlers:
+                yield from _module_statements(handler.body)
+            yield from _module_statements(statement.orelse)
+            yield from _module_statements(statement.finalbody)
+
+
+def _import_names(node: ast.Import | ast.ImportFrom, module: str) -> Iterator[tuple[str, str]]:
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            if alias.asname:
+                yield alias.asname, alias.name
+            else:
+                top = alias.name.partition(".")[0]
+                yield top, top
+        return
+    base = node.module or ""
+    if node.level:
+        package = module.split(".")[: -node.level]
+        base = ".".join([*package, base] if base else package)
+    for alias in node.names:
+        if alias.name == "*":
+            continue
+        yield alias.asname or alias.name, f"{base}.{alias.name}" if base else alias.name
+
+
+def _imports(tree: ast.Module, module: str) -> dict[str, str]:
+    """Local name -> dotted name. Module-level imports win over ones inside functions."""
+    table: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            for local, dotted in _import_names(node, module):
+                table.setdefault(local, dotted)
+    for statement in _module_statements(tree.body):
+        if isinstance(statement, ast.Import | ast.ImportFrom):
+            for local, dotted in _import_names(statement, module):
+                table[local] = dotted
+    return table
+
+
+def _dotted(node: ast.expr) -> list[str] | None:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return parts[::-1]
+
+
+# -- the reader ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Def:
+    node: ast.FunctionDef | ast.AsyncFunctionDef
+    qualname: str
+    scope: Scope
+    #: Names of functions defined directly in this function's body.
+    local: dict[str, str] = field(default_factory=dict)
+
+
+class _Reader:
+    def __init__(self, tree: ast.Module, *, module: str, path: str) -> None:
+        self.tree = tree
+        self.module = module
+        self.path = path
+        self.imports = _imports(tree, module)
+        self.types: dict[str, ast.expr] = {}
+        self.values: dict[str, ast.expr] = {}
+        self._read_module_assignments()
+        self.defs: list[_Def] = []
+        self.module_functions: dict[str, str] = {}
+        self._collect(tree.body, prefix="", scope="module", owner=None)
+
+    # names
+
+    def resolve(self, node: ast.expr) -> str | None:
+        """The dotted name ``node`` refers to through the imports, or None."""
+        parts = _dotted(node)
+        if parts is None:
+            return None
+        head = self.imports.get(parts[0], parts[0])
+        return ".".join([head, *parts[1:]])
+
+    def _read_module_assignments(self) -> None:
+        for statement in _module_statements(self.tree.body):
+            if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+                target = statement.targets[0]
+                if isinstance(target, ast.Name):
+                    self.types[target.id] = statement.value
+                    self.values[target.id] = statement.value
+            elif (
+                isinstance(statement, ast.AnnAssign)
+                and isinstance(statement.target, ast.Name)
+                and statement.value is not None
+            ):
+                name = statement.target.id
+                self.values[name] = statement.value
+                if self.resolve(statement.annotation) in _TYPE_ALIAS:
+                    self.types[name] = statement.value
+            elif type(statement).__name__ == "TypeAlias":  # ``type X = ...`` (3.12+)
+                name_node = getattr(statement, "name", None)
+                value = getattr(statement, "value", None)
+                if isinstance(name_node, ast.Name) and isinstance(value, ast.expr):
+                    self.types[name_node.id] = value
+
+    # functions
+
+    def _collect(
+        self, body: Sequence[ast.stmt], *, prefix: str, scope: Scope, owner: _Def | None
+    ) -> None:
+        statements = _module_statements(body) if scope == "module" else iter(body)
+        for statement in statements:
+            if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
+                qualname = f"{prefix}{statement.name}"
+                record = _Def(statement, qualname, scope)
+                self.defs.append(record)
+                if scope == "module":
+                    self.module_functions.setdefault(statement.name, qualname)
+                if owner is not None:
+                    owner.local.setdefault(statement.name, qualname)
+                inner = f"{qualname}.<locals>."
+                self._collect(statement.body, prefix=inner, scope="nested", owner=record)
+            elif isinstance(statement, ast.ClassDef):
+                inner_scope: Scope = "method" if scope == "module" else "nested"
+                self._collect_class(statement, f"{prefix}{statement.name}.", inner_scope)
+            elif scope != "module":
+                for child in _nested_blocks(statement):
+                    self._collect(child, prefix=prefix, scope=scope, owner=owner)
+
+    def _collect_class(self, node: ast.ClassDef, prefix: str, scope: Scope) -> None:
+        for statement in _class_statements(node.body):
+            if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
+                qualname = f"{prefix}{statement.name}"
+                record = _Def(statement, qualname, scope)
+                self.defs.append(record)
+                self._collect(
+                    statement.body, prefix=f"{qualname}.<locals>.", scope="nested", owner=record
+                )
+            elif isinstance(statement, ast.ClassDef):
+                self._collect_class(statement, f"{prefix}{statement.name}.", scope)
+
+    def functions(self) -> tuple[FunctionInfo, ...]:
+        differentiated = _Differentiation(self).find()
+        ordered = sorted(
+            self.defs, key=lambda d: (d.scope != "module", d.node.lineno, d.node.col_offset)
+        )
+        return tuple(self._function(d, differentiated.get(d.qualname)) for d in ordered)
+
+    def _function(self, record: _Def, differentiated: Differentiation | None) -> FunctionInfo:
+        node = record.node
+        return FunctionInfo(
+            module=self.module,
+            qualname=record.qualname,
+            path=self.path,
+            lineno=node.lineno,
+            decorators=tuple(self._decorator(d) for d in node.decorator_list),
+            parameters=tuple(self._parameters(node.args)),
+            returns=ast.unparse(node.returns) if node.returns is not None else None,
+            scope=record.scope,
+            differentiated=differentiated,
+        )
+
+    def _decorator(self, node: ast.expr) -> Decorator:
+        if isinstance(node, ast.Call):
+            func = self.resolve(node.func)
+            keywords = tuple(k.arg or "**" for k in node.keywords)
+            if func in _PARTIAL and node.args:
+                inner = self.resolve(node.args[0]) or ast.unparse(node.args[0])
+                return Decorator(inner, node.lineno, keywords, called=len(node.args) > 1)
+            name = func or ast.unparse(node.func)
+            return Decorator(name, node.lineno, keywords, called=bool(node.args))
+        return Decorator(self.resolve(node) or ast.unparse(node), node.lineno)
+
+    def _parameters(self, args: ast.arguments) -> Iterator[Parameter]:
+        positional = [*args.posonlyargs, *args.args]
+        first_default = len(positional) - len(args.defaults)
+        for index, arg in enumerate(positional):
+            yield self._parameter(arg, "positional", index >= first_default)
+        if args.vararg is not None:
+            yield self._parameter(args.vararg, "var_positional", False)
+        for arg, default in zip(args.kwonlyargs, args.kw_defaults, strict=True):
+            yield self._parameter(arg, "keyword_only", default is not None)
+        if args.kwarg is not None:
+            yield self._parameter(args.kwarg, "var_keyword", False)
+
+    def _parameter(self, arg: ast.arg, kind: ParameterKind, has_default: bool) -> Parameter:
+        annotation = arg.annotation
+        text = ast.unparse(annotation) if annotation is not None else None
+        spec = self.spec(annotation) if annotation is not None else ArraySpec(None, None)
+        return Parameter(arg.arg, kind, text, spec, has_default)
+
+    # annotations
+
+    def spec(self, annotation: ast.expr) -> ArraySpec:
+        """The ppy metadata of an annotation, through Annotated and aliases."""
+        found = _SpecFound()
+        self._read_spec(annotation, found, seen=frozenset())
+        return ArraySpec(found.shape, found.dtype, tuple(found.problems))
+
+    def _read_spec(self, node: ast.expr, found: _SpecFound, seen: frozenset[str]) -> None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            try:
+                node = ast.parse(node.value.strip(), mode="eval").body
+            except SyntaxError:
+                return
+        if isinstance(node, ast.Name) and node.id in self.types and node.id not in seen:
+            self._read_spec(self.types[node.id], found, seen | {node.id})
+            return
+        if not isinstance(node, ast.Subscript) or self.resolve(node.value) not in _ANNOTATED:
+            return
+        items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if not items:
+            return
+        self._read_spec(items[0], found, seen)
+        for item in items[1:]:
+            if not isinstance(item, ast.Call):
+                continue
+            marker = self.resolve(item.func)
+            if marker in _SHAPE:
+                found.shape, problems = self._shape(item)
+                found.problems.extend(problems)
+            elif marker in _DTYPE:
+                found.dtype, problems = self._dtype(item)
+                found.problems.extend(problems)
+
+    def _where(self, node: ast.expr) -> str:
+        return f"{self.path}:{node.lineno}"
+
+    def _literals(self, call: ast.Call) -> list[object] | None:
+        if call.keywords or any(isinstance(a, ast.Starred) for a in call.args):
+            return None
+        values: list[object] = []
+        for arg in call.args:
+            try:
+                values.append(ast.literal_eval(arg))
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                return None
+        return values
+
+    def _shape(self, call: ast.Call) -> tuple[tuple[int | str, ...] | None, list[str]]:
+        values = self._literals(call)
+        if values is None:
+            message = _NOT_LITERAL.format(marker="ppy.Shape")
+            return None, [f"{self._where(call)}: {message}: {ast.unparse(call)}"]
+        dims: list[int | str] = []
+        problems: list[str] = []
+        for value in values:
+            try:
+                dims.append(check_dim(value))
+            except ValueError as error:
+                problems.append(f"{self._where(call)}: {error}")
+        return (None if problems else tuple(dims)), problems
+
+    def _dtype(self, call: ast.Call) -> tuple[str | None, list[str]]:
+        values = self._literals(call)
+        if values is None:
+            message = _NOT_LITERAL.format(marker="ppy.DType")
+            return None, [f"{self._where(call)}: {message}: {ast.unparse(call)}"]
+        if len(values) != 1:
+            return None, [
+                f"{self._where(call)}: ppy.DType takes one dtype name, "
+                f"got {len(values)} arguments: {ast.unparse(call)}"
+            ]
+        try:
+            return check_dtype(values[0]), []
+        except ValueError as error:
+            return None, [f"{self._where(call)}: {error}"]
+
+
+@dataclass
+class _SpecFound:
+    shape: tuple[int | str, ...] | None = None
+    dtype: str | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+def _nested_blocks(statement: ast.stmt) -> Iterator[Sequence[ast.stmt]]:
+    """The statement lists inside a compound statement of a function body."""
+    for name in ("body", "orelse", "finalbody"):
+        block = getattr(statement, name, None)
+        if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+            yield block
+    for handler in getattr(statement, "handlers", ()):
+        yield handler.body
+    for case in getattr(statement, "cases", ()):
+        yield case.body
+
+
+def _class_statements(body: Sequence[ast.stmt]) -> Iterator[ast.stmt]:
+    for statement in body:
+        yield statement
+        if isinstance(statement, ast.If | ast.Try):
+            for block in _nested_blocks(statement):
+                yield from _class_statements(block)
+
+
+# -- differentiation -----------------------------------------------------------------------
+
+
+class _Differentiation:
+    """Which functions the module hands to a jax transform, directly or through calls."""
+
+    def __init__(self, reader: _Reader) -> None:
+        self.reader = reader
+        self.by_qualname = {d.qualname: d for d in reader.defs}
+
+    def find(self) -> dict[str, Differentiation]:
+        seeds: list[tuple[int, str, str, tuple[str, ...]]] = []
+        for call, scope in self._calls():
+            transform = self._transform_of(call)
+            if transform is None:
+                continue
+            target = call.args[0] if call.args else _keyword(call, "fun")
+            if target is None:
+                continue
+            for qualname, via in self._targets(target, scope, seen=frozenset()):
+                seeds.append((call.lineno, transform, qualname, via))
+        for record in self.reader.defs:
+            for decorator in record.node.decorator_list:
+                transform = self._decorator_transform(decorator)
+                if transform is not None:
+                    seeds.append((decorator.lineno, transform, record.qualname, ()))
+        result: dict[str, Differentiation] = {}
+        for lineno, transform, qualname, via in sorted(seeds):
+            self._spread(Differentiation(transform, lineno, via), qualname, result)
+        return result
+
+    def _spread(
+        self, found: Differentiation, start: str, result: dict[str, Differentiation]
+    ) -> None:
+        queue: deque[tuple[str, tuple[str, ...]]] = deque([(start, found.via)])
+        visited: set[str] = set()
+        while queue:
+            qualname, via = queue.popleft()
+            if qualname in visited:
+                continue
+            visited.add(qualname)
+            known = result.get(qualname)
+            if known is None or len(via) < len(known.via):
+                result[qualname] = Differentiation(found.transform, found.lineno, via)
+            record = self.by_qualname.get(qualname)
+            if record is None:
+                continue
+            name = record.qualname.rpartition(".")[2]
+            for callee in self._referenced(record):
+                queue.append((callee, (*via, name)))
+
+    def _referenced(self, record: _Def) -> list[str]:
+        """Functions a function's body refers to: its calls and what it passes on."""
+        names: list[str] = []
+        for statement in record.node.body:
+            for node in ast.walk(statement):
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                    qualname = self._lookup(node.id, record)
+                    if qualname is not None and qualname != record.qualname:
+                        names.append(qualname)
+        return names
+
+    def _lookup(self, name: str, scope: _Def | None) -> str | None:
+        if scope is not None and name in scope.local:
+            return scope.local[name]
+        return self.reader.module_functions.get(name)
+
+    def _calls(self) -> Iterator[tuple[ast.Call, _Def | None]]:
+        """Every call in the module with the function it appears in (None at module level)."""
+        owners: dict[int, _Def] = {}
+        for record in sorted(self.reader.defs, key=lambda d: d.qualname.count(".")):
+            for node in ast.walk(record.node):
+                owners[id(node)] = record
+        for node in ast.walk(self.reader.tree):
+            if isinstance(node, ast.Call):
+                yield node, owners.get(id(node))
+
+    def _transform_of(self, call: ast.Call) -> str | None:
+        name = self.reader.resolve(call.func)
+        if name in TRANSFORMS:
+            return name
+        func = call.func
+        if isinstance(func, ast.Call) and self.reader.resolve(func.func) in _PARTIAL and func.args:
+            inner = self.reader.resolve(func.args[0])
+            if inner in TRANSFORMS:
+                return inner
+        return None
+
+    def _decorator_transform(self, node: ast.expr) -> str | None:
+        if isinstance(node, ast.Call):
+            if self.reader.resolve(node.func) in _PARTIAL and node.args:
+                node = node.args[0]
+            else:
+                node = node.func
+        name = self.reader.resolve(node)
+        return name if name in TRANSFORMS else None
+
+    def _targets(
+        self, node: ast.expr, scope: _Def | None, seen: frozenset[str]
+    ) -> Iterator[tuple[str, tuple[str, ...]]]:
+        if isinstance(node, ast.Name):
+            qualname = self._lookup(node.id, scope)
+            if qualname is not None:
+                yield qualname, ()
+                return
+            value = self.reader.values.get(node.id)
+            if value is not None and node.id not in seen:
+                yield from self._targets(value, None, seen | {node.id})
+        elif isinstance(node, ast.Lambda):
+            for child in ast.walk(node.body):
+                if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load):
+                    qualname = self._lookup(child.id, scope)
+                    if qualname is not None:
+                        yield qualname, ("<lambda>",)
+        elif isinstance(node, ast.Call) and node.args:
+            # functools.partial(score, ...), jax.jit(score), jax.vmap(score): the
+            # function handed on is the first argument.
+            yield from self._targets(node.args[0], scope, seen)
+
+
+def _keyword(call: ast.Call, name: str) -> ast.expr | None:
+    for keyword in call.keywords:
+        if keyword.arg == name:
+            return keyword.value
+    return None
