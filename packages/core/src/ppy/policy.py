@@ -1,0 +1,288 @@
+"""The policy engine: may a candidate function be staged, and if not, why not.
+
+Policy is a pure function of the configuration, the plugin's declared
+requirements and what discovery read from the source, so ``ppy build`` and
+``ppy explain`` give the same answer without importing the project. Every rule
+is evaluated, passed or not, into the decision's trail: a user who is missing
+two settings learns both from one build, not one per build. The rule that
+decides is the first that fails, in the order of ``RULES``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from ppy.config import Config, remedy_for
+from ppy.decision import Check, Decision, Outcome
+from ppy.plugin import KNOWN_DECORATORS, Plugin
+from ppy.source import ArraySpec, FunctionInfo, ModuleInfo, Parameter
+from ppy.spec import TensorSpec, format_signature
+
+__all__ = ["RULES", "decide", "decide_module", "signature", "stageable_decorator"]
+
+#: Rule id -> what it checks, in the order rules decide. A plugin's own rules
+#: (``Plugin.check``) come after these, under the ids the plugin gives them.
+RULES: Final[Mapping[str, str]] = {
+    "no-plugin": "a plugin that stages the decorator is installed",
+    "build-execution": (
+        'the project allows running its code at build time ([tool.ppy] build-execution = "allow")'
+    ),
+    "plugin-permission": (
+        "the plugin's own permission is granted in [tool.ppy.plugins.<name>] (e.g. "
+        "allow-build-export = true)"
+    ),
+    "invalid-spec": "every ppy.Shape and ppy.DType on a parameter is valid and literal",
+    "missing-shape": "every positional parameter has a ppy.Shape",
+    "missing-dtype": "every positional parameter has a ppy.DType",
+    "differentiated": "the function is not differentiated, when the staged form carries no VJP",
+    "allowed": "every rule passed: the plugin may stage the function",
+}
+
+_NOUNS: Final[Mapping[str, str]] = {"exported": "export", "compiled": "compilation"}
+
+
+def stageable_decorator(function: FunctionInfo, plugins: Mapping[str, Plugin]) -> str | None:
+    """The first decorator an installed plugin stages, or that core knows, else None."""
+    for decorator in function.decorators:
+        if decorator.name in plugins or decorator.name in KNOWN_DECORATORS:
+            return decorator.name
+    return None
+
+
+def _stays(decorator: str) -> str:
+    """What the function stays, in the user's words: ``an ordinary jitted call``."""
+    return "an ordinary jitted call" if decorator.endswith(".jit") else "the ordinary call"
+
+
+def _positional(function: FunctionInfo) -> list[Parameter]:
+    """The inputs a staged call receives; a method's receiver is not one of them."""
+    parameters = [p for p in function.parameters if p.kind == "positional"]
+    if function.scope == "method" and parameters and parameters[0].name in ("self", "cls"):
+        parameters = parameters[1:]
+    return parameters
+
+
+def _names(parameters: Sequence[Parameter]) -> str:
+    return ", ".join(repr(p.name) for p in parameters)
+
+
+def _written(spec: ArraySpec, marker: str) -> bool:
+    """Whether the marker is on the annotation but invalid (invalid-spec reports it)."""
+    return any(f": {marker}" in problem for problem in spec.problems)
+
+
+def _render(parameter: Parameter) -> str:
+    spec = parameter.spec
+    if spec.shape is None and spec.dtype is None and not spec.problems:
+        return f"{parameter.name}: {parameter.annotation or '?'}"
+    dims = spec.shape if spec.shape is not None else ("?",)
+    tensor = TensorSpec(tuple(dims), spec.dtype or "?", parameter.name)
+    return f"{tensor.name}: {tensor}"
+
+
+def signature(function: FunctionInfo) -> str:
+    """``score(x: float32[B,4])``; what discovery cannot tell is shown as ``?``."""
+    parameters = _positional(function)
+    if all(p.spec.shape is not None and p.spec.dtype is not None for p in parameters):
+        inputs = [
+            TensorSpec(tuple(p.spec.shape or ()), p.spec.dtype or "?", p.name) for p in parameters
+        ]
+        return format_signature(function.qualname, inputs)
+    return f"{function.qualname}({', '.join(_render(p) for p in parameters)})"
+
+
+def _permission_checks(
+    function: FunctionInfo,
+    decorator: str,
+    plugin: Plugin,
+    config: Config,
+    settings: Mapping[str, Any],
+) -> list[Check]:
+    requirements = plugin.requirements
+    staging = f"build-time {_NOUNS.get(plugin.verb, 'staging')}"
+    stays = f"stays {_stays(decorator)}: {staging} is off because"
+    checks: list[Check] = []
+    if not requirements.build_execution:
+        checks.append(Check("build-execution", True, f"{plugin.name} runs no project code"))
+    elif config.build_execution:
+        checks.append(Check("build-execution", True, '[tool.ppy] build-execution is "allow"'))
+    else:
+        checks.append(
+            Check(
+                "build-execution",
+                False,
+                f'{stays} [tool.ppy] build-execution is not "allow"',
+                remedy_for(config, table="tool.ppy", line='build-execution = "allow"'),
+            )
+        )
+    key = requirements.permission
+    table = f"tool.ppy.plugins.{plugin.name}"
+    if key is None:
+        checks.append(Check("plugin-permission", True, f"{plugin.name} needs no permission"))
+    elif settings.get(key) is True:
+        checks.append(Check("plugin-permission", True, f"[{table}] {key} is true"))
+    else:
+        checks.append(
+            Check(
+                "plugin-permission",
+                False,
+                f"{stays} [{table}] {key} is not true",
+                remedy_for(config, table=table, line=f"{key} = true"),
+            )
+        )
+    return checks
+
+
+def _spec_checks(function: FunctionInfo, plugin: Plugin) -> list[Check]:
+    if not plugin.requirements.array_specs:
+        reason = f"{plugin.name} does not need ppy.Shape and ppy.DType"
+        return [
+            Check(rule, True, reason) for rule in ("invalid-spec", "missing-shape", "missing-dtype")
+        ]
+    parameters = _positional(function)
+    annotate = "annotate it as Annotated[jax.Array, ppy.Shape(...), ppy.DType(...)]"
+    problems = [problem for p in function.parameters for problem in p.spec.problems]
+    checks = [
+        Check("invalid-spec", False, "; ".join(problems), "fix the annotation as the message says")
+        if problems
+        else Check("invalid-spec", True, "every ppy.Shape and ppy.DType is valid")
+    ]
+    for rule, marker, attribute, what in (
+        ("missing-shape", "ppy.Shape", "shape", "dims"),
+        ("missing-dtype", "ppy.DType", "dtype", "element type"),
+    ):
+        missing = [
+            p
+            for p in parameters
+            if getattr(p.spec, attribute) is None and not _written(p.spec, marker)
+        ]
+        if not missing:
+            checks.append(Check(rule, True, f"every positional parameter has a {marker}"))
+            continue
+        noun = "parameter" if len(missing) == 1 else "parameters"
+        verb = "has" if len(missing) == 1 else "have"
+        checks.append(
+            Check(
+                rule,
+                False,
+                f"{noun} {_names(missing)} {verb} no {marker}; the trace needs each input's {what}",
+                f"{annotate}: {', '.join(p.name for p in missing)}",
+            )
+        )
+    return checks
+
+
+def _differentiation_check(function: FunctionInfo, plugin: Plugin, decorator: str) -> Check:
+    why = plugin.requirements.differentiation
+    found = function.differentiated
+    if why is None:
+        return Check("differentiated", True, f"{plugin.name} stages differentiated functions")
+    if found is None:
+        return Check("differentiated", True, "the module does not differentiate it")
+    how = f"handed to {found.transform} at {function.path}:{found.lineno}"
+    if found.via:
+        how += f" via {' -> '.join(found.via)}"
+    return Check(
+        "differentiated",
+        False,
+        f"{function.qualname} is differentiated ({how}); {why}",
+        f"nothing to do: it stays {_stays(decorator)}, which {found.transform} can differentiate",
+    )
+
+
+def _plugin_checks(
+    function: FunctionInfo, module: ModuleInfo, plugin: Plugin, settings: Mapping[str, Any]
+) -> list[Check]:
+    try:
+        return list(plugin.check(function, module, settings))
+    except Exception as error:  # a plugin's bug decides this function, not the build
+        return [
+            Check(
+                f"{plugin.name}.check",
+                False,
+                f"the {plugin.name} plugin's check failed: {error!r}",
+                f"report it to the {plugin.name} plugin's authors",
+            )
+        ]
+
+
+def decide(
+    function: FunctionInfo,
+    module: ModuleInfo,
+    config: Config,
+    plugins: Mapping[str, Plugin],
+    settings: Mapping[str, Mapping[str, Any]],
+) -> Decision | None:
+    """The decision for one function, or None when no plugin stages its decorators.
+
+    ``plugins`` maps decorator names to the plugin that stages them;
+    ``settings`` holds each plugin's validated table, by plugin name.
+    """
+    decorator = stageable_decorator(function, plugins)
+    if decorator is None:
+        return None
+    plugin = plugins.get(decorator)
+    if plugin is None:
+        name, distribution = KNOWN_DECORATORS[decorator]
+        trail: tuple[Check, ...] = (
+            Check(
+                "no-plugin",
+                False,
+                f"stays {_stays(decorator)}: no {name} export plugin is installed "
+                f"(pip install {distribution})",
+                f"pip install {distribution}",
+            ),
+        )
+        kind = None
+    else:
+        name = plugin.name
+        kind = plugin.kind
+        own = settings.get(plugin.name, {})
+        trail = (
+            Check("no-plugin", True, f"@{decorator} is staged by the {plugin.name} plugin"),
+            *_permission_checks(function, decorator, plugin, config, own),
+            *_spec_checks(function, plugin),
+            _differentiation_check(function, plugin, decorator),
+            *_plugin_checks(function, module, plugin, own),
+        )
+    failed = next((check for check in trail if not check.passed), None)
+    if failed is None:
+        outcome, rule, reason, remedy = (
+            Outcome.ALLOWED,
+            "allowed",
+            f"every rule passed; the {name} plugin stages it as {kind}",
+            None,
+        )
+    else:
+        outcome, rule, reason, remedy = Outcome.STAYS, failed.rule, failed.detail, failed.remedy
+    return Decision(
+        module=function.module,
+        qualname=function.qualname,
+        location=function.location,
+        outcome=outcome,
+        rule=rule,
+        reason=reason,
+        remedy=remedy,
+        plugin=name,
+        kind=kind,
+        signature=signature(function),
+        trail=trail,
+    )
+
+
+def decide_module(
+    module: ModuleInfo,
+    config: Config,
+    plugins: Mapping[str, Plugin],
+    settings: Mapping[str, Mapping[str, Any]],
+) -> list[Decision]:
+    """Decisions for every candidate of a module, in discovery's order."""
+    if module.syntax_error:
+        return []
+    decisions = []
+    for function in module.functions:
+        decision = decide(function, module, config, plugins, settings)
+        if decision is not None:
+            decisions.append(decision)
+    return decisions
