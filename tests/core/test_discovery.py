@@ -1,0 +1,370 @@
+"""Static discovery of ``.ppy`` sources: what the build reads without running anything."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from ppy.discovery import discover_module, discover_source, find_sources, module_name
+from ppy.source import ArraySpec, FunctionInfo, ModuleInfo
+
+
+def discover(text: str, path: str = "model.ppy") -> ModuleInfo:
+    return discover_source(textwrap.dedent(text), module="model", path=path)
+
+
+def function(module: ModuleInfo, qualname: str) -> FunctionInfo:
+    found = {f.qualname: f for f in module.functions}
+    assert qualname in found, f"{qualname} not in {sorted(found)}"
+    return found[qualname]
+
+
+def spec_of(text: str, name: str = "f", parameter: int = 0) -> ArraySpec:
+    return function(discover(text), name).parameters[parameter].spec
+
+
+# -- files -------------------------------------------------------------------------------
+
+
+def test_find_sources_is_sorted_and_skips_tool_directories(tmp_path: Path) -> None:
+    for name in (
+        "b.ppy",
+        "a.ppy",
+        "pkg/helpers.ppy",
+        "pkg/sub/deep.ppy",
+        ".venv/lib/x.ppy",
+        "venv/y.ppy",
+        "build/z.ppy",
+        "dist/z.ppy",
+        ".ppy/z.ppy",
+        "node_modules/z.ppy",
+        "__pycache__/z.ppy",
+        ".hidden/z.ppy",
+        "pkg/notes.txt",
+        "pkg/model.py",
+    ):
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    found = [p.relative_to(tmp_path).as_posix() for p in find_sources(tmp_path)]
+    assert found == ["a.ppy", "b.ppy", "pkg/helpers.ppy", "pkg/sub/deep.ppy"]
+
+
+def test_module_name_is_the_dotted_relative_path(tmp_path: Path) -> None:
+    assert module_name(tmp_path, tmp_path / "pkg" / "helpers.ppy") == "pkg.helpers"
+    assert module_name(tmp_path, tmp_path / "model.ppy") == "model"
+
+
+def test_discover_module_hashes_the_file_bytes(tmp_path: Path) -> None:
+    data = b"import jax\r\n\r\n@jax.jit\r\ndef f(x):\r\n    return x\r\n"
+    path = tmp_path / "pkg" / "m.ppy"
+    path.parent.mkdir()
+    path.write_bytes(data)
+    module = discover_module(tmp_path, path)
+    assert module.sha256 == hashlib.sha256(data).hexdigest()
+    assert (module.name, module.path) == ("pkg.m", "pkg/m.ppy")
+    assert [f.qualname for f in module.functions] == ["f"]
+    assert module.functions[0].location == "pkg/m.ppy:4"
+
+
+def test_discover_source_hashes_utf8() -> None:
+    text = "x = 'é'\n"
+    module = discover_source(text, module="m", path="m.ppy")
+    assert module.sha256 == hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def test_syntax_error_names_path_and_line() -> None:
+    module = discover("import jax\n\ndef f(:\n    pass\n")
+    assert module.syntax_error is not None
+    assert module.syntax_error.startswith("model.ppy:3: ")
+    assert module.functions == ()
+
+
+# -- functions and decorators ------------------------------------------------------------
+
+
+def test_functions_module_level_first_then_methods_and_nested() -> None:
+    module = discover(
+        """
+        class Model:
+            def apply(self, x):
+                def step(y):
+                    return y
+                return step(x)
+
+        def outer():
+            async def inner():
+                pass
+            return inner
+
+        async def fetch():
+            pass
+        """
+    )
+    assert [(f.qualname, f.scope) for f in module.functions] == [
+        ("outer", "module"),
+        ("fetch", "module"),
+        ("Model.apply", "method"),
+        ("Model.apply.<locals>.step", "nested"),
+        ("outer.<locals>.inner", "nested"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("imports", "decorator", "name", "keywords"),
+    [
+        ("import jax", "@jax.jit", "jax.jit", ()),
+        ("import jax as j", "@j.jit", "jax.jit", ()),
+        ("from jax import jit", "@jit", "jax.jit", ()),
+        ("from jax import jit as J", "@J", "jax.jit", ()),
+        ("import jax", "@jax.jit(static_argnums=0)", "jax.jit", ("static_argnums",)),
+        (
+            "import jax\nfrom functools import partial",
+            '@partial(jax.jit, static_argnames=("n",))',
+            "jax.jit",
+            ("static_argnames",),
+        ),
+        (
+            "import jax, functools",
+            "@functools.partial(jax.jit, donate_argnums=0)",
+            "jax.jit",
+            ("donate_argnums",),
+        ),
+        ("from ppy import xla", "@xla.jit", "ppy.xla.jit", ()),
+        ("import ppy", "@ppy.xla.jit", "ppy.xla.jit", ()),
+        ("import ppy.xla", "@ppy.xla.jit", "ppy.xla.jit", ()),
+        ("", "@mystery.wrap", "mystery.wrap", ()),
+        ("", "@registry['x']", "registry['x']", ()),
+    ],
+)
+def test_decorators_resolve_through_imports(
+    imports: str, decorator: str, name: str, keywords: tuple[str, ...]
+) -> None:
+    module = discover_source(
+        f"{imports}\n{decorator}\ndef f(x):\n    return x\n", module="m", path="m"
+    )
+    (found,) = module.functions[0].decorators
+    assert (found.name, found.keywords) == (name, keywords)
+    assert found.lineno == imports.count("\n") + 2
+
+
+def test_parameters_kinds_annotations_defaults() -> None:
+    module = discover(
+        """
+        def f(a, /, b: int = 1, *args: float, c, d: "str" = "x", **kw: bool) -> list[int]:
+            pass
+        """
+    )
+    f = function(module, "f")
+    assert [(p.name, p.kind, p.annotation, p.has_default) for p in f.parameters] == [
+        ("a", "positional", None, False),
+        ("b", "positional", "int", True),
+        ("args", "var_positional", "float", False),
+        ("c", "keyword_only", None, False),
+        ("d", "keyword_only", "'str'", True),
+        ("kw", "var_keyword", "bool", False),
+    ]
+    assert f.returns == "list[int]"
+
+
+# -- annotations -------------------------------------------------------------------------
+
+HEADER = """\
+from typing import Annotated
+import jax
+import ppy
+"""
+
+
+def test_inline_annotated_spec() -> None:
+    spec = spec_of(
+        HEADER
+        + 'def f(x: Annotated[jax.Array, ppy.Shape("B", 4), ppy.DType("float32")]):\n  pass\n'
+    )
+    assert spec == ArraySpec(("B", 4), "float32")
+
+
+@pytest.mark.parametrize(
+    "alias",
+    [
+        'Batch = Annotated[jax.Array, ppy.Shape("B", 4), ppy.DType("float32")]',
+        "from typing import TypeAlias\n"
+        'Batch: TypeAlias = Annotated[jax.Array, ppy.Shape("B", 4), ppy.DType("float32")]',
+        'Inner = Annotated[jax.Array, ppy.Shape("B", 4), ppy.DType("float32")]\nBatch = Inner',
+        'Batch = Annotated[Annotated[jax.Array, ppy.Shape("B", 4)], ppy.DType("float32")]',
+    ],
+    ids=["assign", "type-alias", "alias-of-alias", "nested-annotated"],
+)
+def test_spec_through_module_aliases(alias: str) -> None:
+    spec = spec_of(HEADER + alias + "\ndef f(x: Batch, y: 'Batch'):\n  pass\n")
+    assert spec == ArraySpec(("B", 4), "float32")
+    assert spec_of(HEADER + alias + "\ndef f(x: Batch, y: 'Batch'):\n  pass\n", parameter=1) == (
+        spec
+    )
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="the type statement is Python 3.12+")
+def test_spec_through_type_statement() -> None:
+    text = (
+        HEADER
+        + 'type Batch = Annotated[jax.Array, ppy.Shape("B", 4), ppy.DType("float32")]\n'
+        + "def f(x: Batch):\n  pass\n"
+    )
+    assert spec_of(text) == ArraySpec(("B", 4), "float32")
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "import typing\nimport jax\nimport ppy as p\n"
+        'B = typing.Annotated[jax.Array, p.Shape("N"), p.DType("int32")]',
+        "from typing import Annotated as A\nfrom ppy import Shape, DType\n"
+        'B = A[int, Shape("N"), DType("int32")]',
+    ],
+)
+def test_spec_through_renamed_imports(header: str) -> None:
+    assert spec_of(header + "\ndef f(x: B):\n  pass\n") == ArraySpec(("N",), "int32")
+
+
+def test_unrelated_annotated_metadata_is_ignored() -> None:
+    text = HEADER + "import other\ndef f(x: Annotated[int, other.Shape(3)], y: int):\n  pass\n"
+    assert spec_of(text) == ArraySpec(None, None)
+    assert spec_of(text, parameter=1) == ArraySpec(None, None)
+
+
+def test_invalid_dim_and_dtype_are_problems_with_file_and_line() -> None:
+    text = HEADER + '\nBad = Annotated[jax.Array, ppy.Shape("B", -1), ppy.DType("float33")]\n'
+    spec = spec_of(text + "def f(x: Bad):\n  pass\n")
+    assert spec.shape is None and spec.dtype is None
+    assert spec.problems == (
+        "model.ppy:5: ppy.Shape: dimension -1 is negative; use an int >= 0",
+        "model.ppy:5: ppy.DType: 'float33' is not a dtype name; use one of: "
+        + ", ".join(sorted(__import__("ppy.annotations").annotations.DTYPE_NAMES)),
+    )
+
+
+def test_non_literal_arguments_are_problems() -> None:
+    text = HEADER + "n = 4\nV = Annotated[jax.Array, ppy.Shape(n), ppy.DType(jax.numpy.int32)]\n"
+    spec = spec_of(text + "def f(x: V):\n  pass\n")
+    assert spec.problems == (
+        "model.ppy:5: ppy.Shape arguments must be literals so the build can read them: "
+        "ppy.Shape(n)",
+        "model.ppy:5: ppy.DType arguments must be literals so the build can read them: "
+        "ppy.DType(jax.numpy.int32)",
+    )
+
+
+# -- differentiation ---------------------------------------------------------------------
+
+JAX = "import jax\nimport functools\n"
+
+
+def differentiated(text: str, name: str) -> tuple[str, int, tuple[str, ...]] | None:
+    found = function(discover(JAX + textwrap.dedent(text)), name).differentiated
+    return None if found is None else (found.transform, found.lineno, found.via)
+
+
+def test_grad_of_a_name_and_transitively_what_it_calls() -> None:
+    text = """
+    def score(x):
+        return x
+
+    def loss(x):
+        return score(x).sum()
+
+    def unrelated(x):
+        return x
+
+    g = jax.grad(loss)
+    """
+    assert differentiated(text, "loss") == ("jax.grad", 13, ())
+    assert differentiated(text, "score") == ("jax.grad", 13, ("loss",))
+    assert differentiated(text, "unrelated") is None
+
+
+@pytest.mark.parametrize(
+    ("call", "transform"),
+    [
+        ("jax.value_and_grad(score)", "jax.value_and_grad"),
+        ("jax.vjp(score, 1.0)", "jax.vjp"),
+        ("jax.jvp(score, (1.0,), (1.0,))", "jax.jvp"),
+        ("jax.jacfwd(score)", "jax.jacfwd"),
+        ("jax.jacrev(score)", "jax.jacrev"),
+        ("jax.hessian(score)", "jax.hessian"),
+        ("jax.linearize(score, 1.0)", "jax.linearize"),
+        ("jax.jit(jax.grad(score))", "jax.grad"),
+        ("jax.grad(functools.partial(score, 2))", "jax.grad"),
+        ("jax.grad(fun=score)", "jax.grad"),
+        ("functools.partial(jax.grad, argnums=0)(score)", "jax.grad"),
+    ],
+)
+def test_every_transform_and_form(call: str, transform: str) -> None:
+    text = f"def score(x):\n    return x\n\nresult = {call}\n"
+    assert differentiated(text, "score") == (transform, 6, ())
+
+
+def test_renamed_transform_alias_and_lambda() -> None:
+    text = """
+    from jax import grad as g
+
+    def score(x):
+        return x
+
+    def other(x):
+        return x
+
+    f = score
+    h = g(f)
+    k = g(lambda p: other(p) * 2)
+    """
+    assert differentiated(text, "score") == ("jax.grad", 13, ())
+    assert differentiated(text, "other") == ("jax.grad", 14, ("<lambda>",))
+
+
+def test_transform_inside_a_function_and_nested_target() -> None:
+    text = """
+    def score(x):
+        return x
+
+    def main():
+        def local(y):
+            return score(y)
+        return jax.grad(local)(1.0)
+    """
+    assert differentiated(text, "main.<locals>.local") == ("jax.grad", 10, ())
+    assert differentiated(text, "score") == ("jax.grad", 10, ("local",))
+    assert differentiated(text, "main") is None
+
+
+def test_grad_as_a_decorator() -> None:
+    text = """
+    def score(x):
+        return x
+
+    @jax.grad
+    def loss(x):
+        return score(x)
+    """
+    assert differentiated(text, "loss") == ("jax.grad", 7, ())
+    assert differentiated(text, "score") == ("jax.grad", 7, ("loss",))
+
+
+def test_shortest_route_is_reported() -> None:
+    text = """
+    def a(x):
+        return x
+
+    def b(x):
+        return a(x)
+
+    def c(x):
+        return b(x)
+
+    r = jax.grad(c)
+    s = jax.grad(b)
+    """
+    assert differentiated(text, "a") == ("jax.grad", 14, ("b",))
+    assert differentiated(text, "c") == ("jax.grad", 13, ())
