@@ -208,3 +208,11 @@ def test_validate_table_unknown_key_and_choices() -> None:
     with pytest.raises(ConfigError) as caught:
         validate({"platform": "tpu"})
     assert 'use one of: "cpu", "cuda"' in caught.value.message
+
+
+def test_every_key_is_documented() -> None:
+    from ppy.config import ALLOWED_KEYS
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "config.md").read_text()
+    for key in ALLOWED_KEYS:
+        assert f"| `{key}` |" in docs
