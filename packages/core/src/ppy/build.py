@@ -51,7 +51,7 @@ class BuildResult:
 
 
 def _validated_settings(config: Config, plugins: Registry) -> dict[str, Mapping[str, Any]]:
-    path = str(config.pyproject) if config.pyproject else str(config.root / "pyproject.toml")
+    path = str(config.config_path)
     settings: dict[str, Mapping[str, Any]] = {}
     for plugin in plugins.by_name.values():
         settings[plugin.name] = plugin.validate_settings(config.plugins.get(plugin.name, {}), path)
