@@ -1,0 +1,173 @@
+"""Executables for one export, one per concrete input signature.
+
+An export with a symbolic dim ("B") is a single program for every B, but XLA
+compiles for concrete shapes, so each new signature needs an executable.
+Where one comes from, cheapest first:
+
+1. this process (``StagedFunction`` keeps the ones it has in a dict);
+2. the per-user ``ppy.cache.ExecutableCache``, loaded with
+   ``jax.experimental.serialize_executable.deserialize_and_load``;
+3. a compile: ``jax.jit(exported.call).lower(*shapes).compile()``, which
+   refines the symbolic shapes and compiles, then is serialized into the cache.
+
+What is handed back for calls is the ``jax.stages.Compiled``'s C++ dispatch
+function (``fast_call``): a ``Compiled`` called through its Python
+``__call__`` pays for one more Python frame with ``*args, **kwargs`` on every
+call, which on a small function is most of the difference between a loaded
+executable and a plain jitted call. A loaded executable gets the same C++
+fast path as a freshly compiled one; only that wrapper differs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+import jax
+from jax.experimental import serialize_executable
+from ppy.cache import ExecutableCache, executable_key
+
+from ppy_runtime_pjrt.guard import Signature
+
+__all__ = ["Executables", "ShapeRefused", "fast_call"]
+
+
+class ShapeRefused(Exception):
+    """The export does not accept this signature (a constraint on its dims)."""
+
+
+def fast_call(compiled: Any) -> Callable[..., Any]:
+    """The C++ dispatch function behind ``compiled``, or ``compiled`` itself.
+
+    ``Compiled.__call__`` builds this function lazily (``create_cpp_call``)
+    and then forwards every call to it from Python; building it here lets the
+    caller skip that forwarding frame. Where this jax has no such function the
+    ``Compiled`` is returned and works, a little slower.
+    """
+    executable = getattr(compiled, "_executable", None)
+    params = getattr(compiled, "_params", None)
+    make = getattr(executable, "create_cpp_call", None)
+    if make is None or params is None:
+        return compiled  # type: ignore[no-any-return]
+    call = make(params)
+    return compiled if call is None else call  # type: ignore[no-any-return]
+
+
+def _versions() -> tuple[tuple[str, str], ...]:
+    import jaxlib
+
+    jaxlib_version = getattr(jaxlib, "__version__", None) or jax.lib.__version__
+    return (("jax", jax.__version__), ("jaxlib", str(jaxlib_version)))
+
+
+class Executables:
+    """Loads or compiles the executable of ``exported`` for a signature."""
+
+    def __init__(
+        self,
+        exported: Any,
+        *,
+        payload: bytes,
+        cache: ExecutableCache | None,
+        module: str,
+        qualname: str,
+    ) -> None:
+        self.exported = exported
+        self.cache = cache
+        self.module = module
+        self.qualname = qualname
+        self.digest = hashlib.sha256(payload).hexdigest()
+        self.device = jax.devices()[0]
+        self.platform = self.device.platform
+        self.device_kind = f"{self.device.device_kind} ({self.device.client.platform_version})"
+        self.versions = _versions()
+        arity = len(exported.in_avals)
+        self.in_tree = jax.tree_util.tree_structure((tuple(range(arity)), {}))
+
+    def key(self, signature: Signature) -> str:
+        return executable_key(
+            self.digest,
+            [(shape, str(dtype)) for shape, dtype in signature],
+            platform=self.platform,
+            device_kind=self.device_kind,
+            versions=self.versions,
+        )
+
+    def load(self, signature: Signature) -> tuple[Callable[..., Any], str]:
+        """(the call, where it came from: "cache" or "compiled")."""
+        key = self.key(signature)
+        if self.cache is not None:
+            data = self.cache.get(key)
+            if data is not None:
+                compiled = self._deserialize(key, data)
+                if compiled is not None:
+                    return fast_call(compiled), "cache"
+        compiled = self._compile(signature)
+        if self.cache is not None:
+            self._store(key, compiled)
+        return fast_call(compiled), "compiled"
+
+    def _deserialize(self, key: str, data: bytes) -> Any:
+        try:
+            return serialize_executable.deserialize_and_load(
+                data,
+                self.in_tree,
+                self.exported.out_tree,
+                backend=self.device.client,
+                execution_devices=[self.device],
+            )
+        except Exception as error:
+            # The bytes passed their checksum, so they are what was written,
+            # but this jaxlib cannot load them (written by another build of
+            # it under the same version string, or for another device).
+            from ppy.log import get_logger
+
+            get_logger().warning(
+                "cache.corrupt",
+                key=key,
+                module=self.module,
+                function=self.qualname,
+                error=f"{type(error).__name__}: {error}",
+                remedy="it is compiled again",
+            )
+            assert self.cache is not None
+            path = self.cache.directory / f"{key}.exe"
+            path.unlink(missing_ok=True)
+            return None
+
+    def _compile(self, signature: Signature) -> Any:
+        shapes = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in signature]
+        try:
+            lowered = jax.jit(self.exported.call).lower(*shapes)
+        except ValueError as error:
+            # Shape refinement rejects sizes that break the export's
+            # constraints on its symbolic dims (``B >= 1``, ``B % 2 == 0``...).
+            raise ShapeRefused(str(error).splitlines()[0]) from error
+        return lowered.compile()
+
+    def _store(self, key: str, compiled: Any) -> None:
+        assert self.cache is not None
+        try:
+            data, _, _ = serialize_executable.serialize(compiled)
+        except (ValueError, NotImplementedError) as error:
+            from ppy.log import get_logger
+
+            get_logger().info(
+                "cache.skip",
+                module=self.module,
+                function=self.qualname,
+                reason=f"this executable cannot be serialized: {error}",
+            )
+            return
+        try:
+            self.cache.put(key, data)
+        except OSError as error:
+            from ppy.log import get_logger
+
+            get_logger().warning(
+                "cache.unwritable",
+                path=str(self.cache.directory),
+                error=str(error),
+                remedy=f"set {'PPY_CACHE_DIR'} to a writable directory",
+            )

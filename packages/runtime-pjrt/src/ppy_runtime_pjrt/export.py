@@ -1,0 +1,389 @@
+"""The ``jax.export`` runtime: bind a serialized export in place of the original.
+
+``ExportRuntime.bind`` reads the entry's ``jax.export`` serialization, refuses
+(``NotBound``) what this process cannot run -- another platform, a calling
+convention this jax does not support, a description that disagrees with the
+export -- and returns a ``StagedFunction``.
+
+A ``StagedFunction`` call costs one dict lookup on top of the executable's
+own C++ dispatch: the key is ``(type, shape, dtype)`` of each argument, and
+only signatures that ``guard.Guard`` accepted are in the dict. Everything the
+lookup needs is computed at bind time; a miss (a new shape, a Python scalar,
+a tracer, keyword arguments) takes the slow path, which either loads an
+executable for the new signature or calls the original and records why.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ppy.entry import Entry
+from ppy.runtime import NotBound
+
+from ppy_runtime_pjrt.guard import Fallback, Guard, Signature
+
+__all__ = ["CallStats", "ExportRuntime", "StagedFunction"]
+
+_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _log() -> Any:
+    from ppy.log import get_logger
+
+    return get_logger()
+
+
+def _verbose() -> bool:
+    from ppy.log import verbose
+
+    return verbose()
+
+
+@dataclass
+class CallStats:
+    """What a ``StagedFunction`` has done, for tests, benchmarks and ``-v``.
+
+    ``fallbacks`` counts calls that went to the original by ``Fallback``
+    category; ``executables`` says where each signature's executable came
+    from ("cache" or "compiled"). Staged calls are not counted: the fast path
+    does nothing it does not need.
+    """
+
+    fallbacks: dict[str, int] = field(default_factory=dict)
+    executables: dict[Signature, str] = field(default_factory=dict)
+
+
+class StagedFunction:
+    """The state behind one bound function: its guard, executables and stats.
+
+    What is bound in the original's place is ``StagedFunction.callable()``, a
+    plain function specialised for the entry's arity, because a Python-level
+    ``__call__`` on an instance costs more than the guard itself. Calling the
+    instance works too (the generic path); tests and tools may use either.
+    """
+
+    def __init__(
+        self,
+        original: Callable[..., Any],
+        *,
+        guard: Guard,
+        loader: Any,
+        module: str,
+        qualname: str,
+    ) -> None:
+        self.original = original
+        self.guard = guard
+        self.loader = loader
+        self.module = module
+        self.qualname = qualname
+        #: ``_key(args)`` -> the executable's call, for accepted signatures only.
+        self.table: dict[tuple[Any, ...], Callable[..., Any]] = {}
+        #: Concrete signature -> call, shared by ndarray and jax.Array keys.
+        self.executables: dict[Signature, Callable[..., Any]] = {}
+        #: Keys the guard refused, so a repeated fallback does not re-check.
+        self.rejected: dict[tuple[Any, ...], Fallback] = {}
+        self.seen: set[str] = set()
+        self.stats = CallStats()
+
+    def __repr__(self) -> str:
+        return f"<staged {self.module}.{self.qualname} of {self.original!r}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.slow(args, kwargs)
+
+    def callable(self) -> Callable[..., Any]:
+        """The function to bind: the fast path, then ``slow`` on any miss."""
+        arity = len(self.guard.specs)
+        fast = _FAST.get(arity, _fast_any)(self.table, self.slow)
+        if _verbose():
+            fast = _logged(fast, self)
+        functools.update_wrapper(fast, self.original)
+        for name in _FORWARDED:
+            value = getattr(self.original, name, None)
+            if value is not None:
+                setattr(fast, name, value)
+        fast.ppy_stats = self.stats  # type: ignore[attr-defined]
+        fast.ppy_staged = self  # type: ignore[attr-defined]
+        return fast
+
+    def slow(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A call the table did not serve: a new signature, or a fallback."""
+        key = None if kwargs else _key(args)
+        if key is not None:
+            call = self.table.get(key)
+            if call is not None:  # a NumPy array of a known signature
+                return call(*args)
+            verdict = self.rejected.get(key)
+            if verdict is not None:
+                return self._fall_back(verdict, args, kwargs)
+        checked = self.guard.check(args, kwargs)
+        if not isinstance(checked, Fallback):
+            call_or_fallback = self._executable(checked)
+            if not isinstance(call_or_fallback, Fallback):
+                if key is not None:
+                    self.table[key] = call_or_fallback
+                return call_or_fallback(*args)
+            checked = call_or_fallback
+        if key is not None and checked.category != "tracer":
+            self.rejected[key] = checked
+        return self._fall_back(checked, args, kwargs)
+
+    def _executable(self, signature: Signature) -> Callable[..., Any] | Fallback:
+        call = self.executables.get(signature)
+        if call is not None:
+            return call
+        from ppy_runtime_pjrt.compile import ShapeRefused
+
+        try:
+            call, source = self.loader.load(signature)
+        except ShapeRefused as error:
+            return Fallback("compile", f"the export does not accept these shapes: {error}")
+        self.executables[signature] = call
+        self.stats.executables[signature] = source
+        return call
+
+    def _fall_back(self, verdict: Fallback, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        counts = self.stats.fallbacks
+        counts[verdict.category] = counts.get(verdict.category, 0) + 1
+        if verdict.detail not in self.seen:
+            self.seen.add(verdict.detail)
+            _log().info(
+                "run.fallback",
+                module=self.module,
+                function=self.qualname,
+                category=verdict.category,
+                reason=verdict.detail,
+            )
+        return self.original(*args, **kwargs)
+
+
+#: What a jitted function offers besides being called; the bound function
+#: forwards them so that ``score.lower(x)`` keeps working under ``ppy run``.
+_FORWARDED = ("lower", "trace", "eval_shape", "clear_cache")
+
+
+def _key(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The table key of ``args`` as the fast path builds it; None if unkeyable.
+
+    A ``jax.Array`` is keyed by its aval's shape, dtype and weak type (one C
+    attribute read instead of two Python properties); a NumPy array by its
+    shape and dtype. The type is part of the key, so a tracer, whose aval may
+    be the same, never matches.
+    """
+    key: list[Any] = []
+    for a in args:
+        kind = type(a)
+        aval = getattr(a, "aval", None)
+        if aval is not None:
+            key += (kind, aval.shape, aval.dtype, aval.weak_type)
+        elif isinstance(a, _numpy_array()):
+            key += (kind, a.shape, a.dtype, False)
+        else:
+            return None
+    try:
+        hash(tuple(key))
+    except TypeError:
+        return None
+    return tuple(key)
+
+
+def _numpy_array() -> type:
+    import numpy
+
+    return numpy.ndarray
+
+
+# The fast paths. Each reads one aval per argument and looks the key up;
+# anything unexpected (no aval, unhashable, not in the table) goes to
+# ``slow`` outside the ``except`` so the original's errors carry no context.
+
+_MISSES = (KeyError, AttributeError, TypeError)
+
+
+def _fast_0(table: dict[Any, Any], slow: Callable[..., Any]) -> Callable[..., Any]:
+    def staged(*args: Any, **kwargs: Any) -> Any:
+        if not kwargs and not args:
+            call = table.get(())
+            if call is not None:
+                return call()
+        return slow(args, kwargs)
+
+    return staged
+
+
+def _fast_1(table: dict[Any, Any], slow: Callable[..., Any]) -> Callable[..., Any]:
+    def staged(*args: Any, **kwargs: Any) -> Any:
+        if not kwargs and len(args) == 1:
+            a = args[0]
+            try:
+                av = a.aval
+                call = table[(type(a), av.shape, av.dtype, av.weak_type)]
+            except _MISSES:
+                pass
+            else:
+                return call(a)
+        return slow(args, kwargs)
+
+    return staged
+
+
+def _fast_2(table: dict[Any, Any], slow: Callable[..., Any]) -> Callable[..., Any]:
+    def staged(*args: Any, **kwargs: Any) -> Any:
+        if not kwargs and len(args) == 2:
+            a, b = args
+            try:
+                av = a.aval
+                bv = b.aval
+                key = (type(a), av.shape, av.dtype, av.weak_type)
+                call = table[(*key, type(b), bv.shape, bv.dtype, bv.weak_type)]
+            except _MISSES:
+                pass
+            else:
+                return call(a, b)
+        return slow(args, kwargs)
+
+    return staged
+
+
+def _fast_any(table: dict[Any, Any], slow: Callable[..., Any]) -> Callable[..., Any]:
+    def staged(*args: Any, **kwargs: Any) -> Any:
+        if not kwargs:
+            try:
+                key: tuple[Any, ...] = ()
+                for a in args:
+                    av = a.aval
+                    key += (type(a), av.shape, av.dtype, av.weak_type)
+                call = table[key]
+            except _MISSES:
+                pass
+            else:
+                return call(*args)
+        return slow(args, kwargs)
+
+    return staged
+
+
+_FAST = {0: _fast_0, 1: _fast_1, 2: _fast_2}
+
+
+def _logged(fast: Callable[..., Any], staged: StagedFunction) -> Callable[..., Any]:
+    """Under ``-v``: the same, and every call's path is logged (``run.call``)."""
+    counts = staged.stats.fallbacks
+
+    def staged_verbose(*args: Any, **kwargs: Any) -> Any:
+        before = sum(counts.values())
+        result = fast(*args, **kwargs)
+        path = "original" if sum(counts.values()) > before else "staged"
+        _log().info("run.call", module=staged.module, function=staged.qualname, path=path)
+        return result
+
+    return staged_verbose
+
+
+def _platform_reason(entry: Entry, exported: Any) -> str | None:
+    import jax
+
+    here = jax.export.default_export_platform()
+    platforms = tuple(exported.platforms) or tuple(entry.platforms)
+    if here in platforms:
+        return None
+    return (
+        f"exported for {', '.join(platforms)}, but this process runs on {here} "
+        f"(jax.default_backend() is {jax.default_backend()!r})"
+    )
+
+
+def _check_description(entry: Entry, exported: Any) -> None:
+    """The entry's inputs must be the export's, or the guard would lie."""
+    import jax
+
+    if exported.in_tree != jax.tree_util.tree_structure((tuple(range(len(entry.inputs))), {})):
+        raise NotBound(
+            f"the export takes {exported.in_tree}, not {len(entry.inputs)} positional arrays"
+        )
+    for index, (spec, aval) in enumerate(zip(entry.inputs, exported.in_avals, strict=True)):
+        dims = tuple(aval.shape)
+        dtype = str(aval.dtype)
+        fixed_agree = all(
+            not isinstance(d, int) or (isinstance(a, int) and a == d)
+            for d, a in zip(spec.dims, dims, strict=False)
+        )
+        if len(dims) != len(spec.dims) or dtype != spec.dtype or not fixed_agree:
+            raise NotBound(
+                f"input {index} is described as {spec} but the export takes "
+                f"{dtype}[{','.join(str(d) for d in dims)}]; rebuild the artifact"
+            )
+        for dim in spec.dims:
+            if isinstance(dim, str) and not _SYMBOL.fullmatch(dim):
+                raise NotBound(
+                    f"input {index} has the dim expression {dim!r}; only symbol names "
+                    "are supported by this runtime"
+                )
+
+
+class ExportRuntime:
+    """Loads ``jax.export`` entries (registered under ``ppy.runtimes``)."""
+
+    def __init__(self, cache: Any = None) -> None:
+        # None: the per-user cache, created on first use; False: no disk cache.
+        self._cache = cache
+
+    def bind(self, entry: Entry, original: Callable[..., Any]) -> Callable[..., Any]:
+        import jax
+        import numpy
+        from jax._src.array import ArrayImpl
+        from ppy.cache import ExecutableCache
+
+        from ppy_runtime_pjrt.compile import Executables
+
+        blob = entry.payload.get("export")
+        if blob is None:
+            raise NotBound("the entry has no 'export' payload; rebuild the artifact")
+        try:
+            exported = jax.export.deserialize(bytearray(blob))
+        except Exception as error:
+            written = entry.metadata.get("jax_version", "an unknown jax")
+            raise NotBound(
+                f"jax {jax.__version__} cannot read this export (written by jax {written}): "
+                f"{type(error).__name__}: {error}"
+            ) from error
+        low = jax.export.minimum_supported_calling_convention_version
+        high = jax.export.maximum_supported_calling_convention_version
+        version = exported.calling_convention_version
+        if not low <= version <= high:
+            raise NotBound(
+                f"the export uses calling convention version {version}; jax {jax.__version__} "
+                f"supports {low}..{high}; rebuild the artifact with this jax"
+            )
+        reason = _platform_reason(entry, exported)
+        if reason is not None:
+            raise NotBound(reason)
+        _check_description(entry, exported)
+        wide = [
+            s.dtype for s in entry.inputs if s.dtype in ("float64", "int64", "uint64", "complex128")
+        ]
+        if wide and not jax.config.jax_enable_x64:
+            raise NotBound(
+                f"the export takes {wide[0]} inputs but jax_enable_x64 is off in this process"
+            )
+        if self._cache is None:
+            cache: ExecutableCache | None = ExecutableCache()
+        else:
+            cache = self._cache or None
+        guard = Guard(
+            entry.inputs,
+            [jax.numpy.dtype(spec.dtype) for spec in entry.inputs],
+            array_types=(ArrayImpl, numpy.ndarray),
+            tracer_type=jax.core.Tracer,
+        )
+        loader = Executables(
+            exported, payload=blob, cache=cache, module=entry.module, qualname=entry.qualname
+        )
+        staged = StagedFunction(
+            original, guard=guard, loader=loader, module=entry.module, qualname=entry.qualname
+        )
+        return staged.callable()

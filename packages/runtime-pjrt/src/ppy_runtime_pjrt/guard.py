@@ -1,0 +1,128 @@
+"""The run-time guard: does a call match what was staged, and if not, why.
+
+The staged path is only for positional arrays (concrete ``jax.Array`` or
+``numpy.ndarray``) whose rank, fixed dims and dtype match the entry's input
+description and whose symbolic dims agree across arguments. Everything else
+goes to the original function with a ``Fallback`` that says why.
+
+This module is the slow path: it runs once per new call signature (and on
+every call that falls back). The steady-state check is a dict lookup in
+``export.StagedFunction``; a signature gets into that dict only after
+``Guard.check`` accepted it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ppy.spec import TensorSpec
+
+__all__ = ["Fallback", "Guard", "Signature"]
+
+#: The concrete (shape, dtype) of each positional argument.
+Signature = tuple[tuple[tuple[int, ...], Any], ...]
+
+_SCALARS = (bool, int, float, complex)
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """Why one call went to the original: a stable category and a sentence."""
+
+    #: keywords, tracer, scalar, list, type, count, rank, dim, dtype, symbolic,
+    #: size, or compile (the export refused the shape).
+    category: str
+    detail: str
+
+
+def _name(spec: TensorSpec, index: int) -> str:
+    return spec.name or f"argument {index}"
+
+
+class Guard:
+    """The input description of one entry, resolved against this process's jax.
+
+    ``dtypes`` are the dtype objects of the specs (resolved by the caller, so
+    that this module needs no jax); ``array_types`` the exact types that may
+    take the staged path; ``tracer_type`` jax's ``Tracer``.
+    """
+
+    def __init__(
+        self,
+        specs: Sequence[TensorSpec],
+        dtypes: Sequence[Any],
+        *,
+        array_types: tuple[type, ...],
+        tracer_type: type,
+    ) -> None:
+        self.specs = tuple(specs)
+        self.dtypes = tuple(dtypes)
+        self.array_types = array_types
+        self.tracer_type = tracer_type
+
+    def check(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Signature | Fallback:
+        """The call's signature if it may take the staged path, else why not."""
+        if kwargs:
+            names = ", ".join(sorted(kwargs))
+            return Fallback("keywords", f"called with keyword arguments ({names})")
+        for index, arg in enumerate(args):
+            if isinstance(arg, self.tracer_type):
+                return Fallback(
+                    "tracer",
+                    f"argument {index} is a tracer (called inside jit, grad or vmap)",
+                )
+        if len(args) != len(self.specs):
+            return Fallback(
+                "count", f"called with {len(args)} arguments, staged for {len(self.specs)}"
+            )
+        symbols: dict[str, tuple[int, str]] = {}
+        signature = []
+        for index, (arg, spec, dtype) in enumerate(zip(args, self.specs, self.dtypes, strict=True)):
+            name = _name(spec, index)
+            if type(arg) not in self.array_types:
+                return _not_an_array(arg, name)
+            shape = tuple(arg.shape)
+            if len(shape) != len(spec.dims):
+                return Fallback(
+                    "rank", f"{name} has rank {len(shape)}, staged for {len(spec.dims)} ({spec})"
+                )
+            if arg.dtype != dtype:
+                return Fallback("dtype", f"{name} is {arg.dtype}, staged for {spec.dtype}")
+            if getattr(arg, "weak_type", False):
+                # What jit returns for a weakly typed input is weakly typed
+                # too, and promotes differently later; the export is not.
+                return Fallback(
+                    "dtype", f"{name} is a weakly typed {arg.dtype} (made from a Python scalar)"
+                )
+            for axis, (size, dim) in enumerate(zip(shape, spec.dims, strict=True)):
+                if isinstance(dim, int):
+                    if size != dim:
+                        return Fallback(
+                            "dim", f"{name} has {size} in dim {axis}, staged for {dim} ({spec})"
+                        )
+                    continue
+                if size < 1:
+                    return Fallback(
+                        "size", f"{name} has {size} for {dim} in dim {axis}; staged for {dim} >= 1"
+                    )
+                seen = symbols.setdefault(dim, (size, name))
+                if seen[0] != size:
+                    return Fallback(
+                        "symbolic",
+                        f"{dim} is {seen[0]} in {seen[1]} but {size} in {name}",
+                    )
+            signature.append((shape, arg.dtype))
+        return tuple(signature)
+
+
+def _not_an_array(arg: Any, name: str) -> Fallback:
+    if isinstance(arg, _SCALARS):
+        return Fallback("scalar", f"{name} is a Python scalar ({type(arg).__name__})")
+    if type(arg).__module__ == "numpy" and getattr(arg, "ndim", None) == 0:
+        return Fallback("scalar", f"{name} is a NumPy scalar ({type(arg).__name__})")
+    if isinstance(arg, list | tuple):
+        return Fallback("list", f"{name} is a {type(arg).__name__}, not an array")
+    kind = type(arg)
+    return Fallback("type", f"{name} is a {kind.__module__}.{kind.__qualname__}, not an array")
