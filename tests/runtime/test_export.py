@@ -1,0 +1,218 @@
+"""The jax.export runtime on real exports: what a bound function returns, when
+it falls back and why, and when it refuses to bind at all."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from structlog.testing import capture_logs
+
+from ppy.cache import ExecutableCache
+from ppy.runtime import NotBound
+from ppy_runtime_pjrt.export import ExportRuntime
+from tests.runtime.exports import make_entry, spec
+
+
+@jax.jit
+def score(x):
+    centred = x - jnp.mean(x, axis=-1, keepdims=True)
+    return jnp.sum(jnp.tanh(centred), axis=-1)
+
+
+@jax.jit
+def affine(x, w):
+    return jnp.tanh(x @ w)
+
+
+@jax.jit
+def pair(x, y):
+    return x + y
+
+
+@jax.jit
+def split(x):
+    return x.min(axis=-1), {"max": x.max(axis=-1), "sum": x.sum()}
+
+
+BATCH = [spec(("B", 4), name="x")]
+
+
+@pytest.fixture(scope="module")
+def score_entry():
+    return make_entry(score, BATCH)
+
+
+def bind(entry, original, cache=False):
+    return ExportRuntime(cache=cache).bind(entry, original)
+
+
+def test_results_are_the_jitted_functions(score_entry) -> None:
+    bound = bind(score_entry, score)
+    for batch in (1, 3, 7):
+        x = jnp.arange(batch * 4, dtype=jnp.float32).reshape(batch, 4) / 3
+        got, want = bound(x), score(x)
+        assert isinstance(got, jax.Array)
+        assert (got.dtype, got.shape) == (want.dtype, want.shape)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert bound.ppy_stats.fallbacks == {}
+    assert len(bound.ppy_stats.executables) == 3
+
+
+def test_numpy_arrays_take_the_staged_path(score_entry) -> None:
+    bound = bind(score_entry, score)
+    x = np.linspace(0, 1, 8, dtype=np.float32).reshape(2, 4)
+    for _ in range(2):
+        got = bound(x)
+        assert isinstance(got, jax.Array)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(score(x)))
+    assert bound.ppy_stats.fallbacks == {}
+
+
+def test_pytree_outputs_keep_their_structure() -> None:
+    bound = bind(make_entry(split, BATCH), split)
+    x = jnp.arange(8, dtype=jnp.float32).reshape(2, 4)
+    got, want = bound(x), split(x)
+    assert jax.tree.structure(got) == jax.tree.structure(want)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    assert bound.ppy_stats.fallbacks == {}
+
+
+def test_two_arguments_with_fixed_and_symbolic_dims() -> None:
+    entry = make_entry(affine, [spec(("B", 4), name="x"), spec((4, 3), name="w")])
+    bound = bind(entry, affine)
+    x = jnp.ones((5, 4), jnp.float32)
+    w = jnp.full((4, 3), 0.5, jnp.float32)
+    np.testing.assert_array_equal(np.asarray(bound(x, w)), np.asarray(affine(x, w)))
+    assert bound.ppy_stats.fallbacks == {}
+
+
+F32 = jnp.ones((3, 4), jnp.float32)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "category"),
+    [
+        ((jnp.ones((3, 5), jnp.float32),), {}, "dim"),
+        ((jnp.ones((3, 4), jnp.int32),), {}, "dtype"),
+        ((jnp.ones((2, 3, 4), jnp.float32),), {}, "rank"),
+        ((jnp.ones((0, 4), jnp.float32),), {}, "size"),
+        ((2.0,), {}, "scalar"),
+        ((np.float32(2.0),), {}, "scalar"),
+        (([[1.0, 2.0, 3.0, 4.0]],), {}, "list"),
+        ((), {"x": F32}, "keywords"),
+        ((F32, F32), {}, "count"),
+    ],
+    ids=["shape", "dtype", "rank", "zero-size", "python-scalar", "numpy-scalar", "list",
+         "keywords", "count"],
+)
+def test_what_does_not_match_goes_to_the_original(score_entry, args, kwargs, category) -> None:
+    calls = []
+
+    def original(*a, **k):
+        calls.append((a, k))
+        return "the original's result"
+
+    bound = bind(score_entry, original)
+    with capture_logs() as events:
+        assert bound(*args, **kwargs) == "the original's result"
+        assert bound(*args, **kwargs) == "the original's result"
+    assert calls == [(args, kwargs)] * 2
+    assert bound.ppy_stats.fallbacks == {category: 2}
+    fallbacks = [e for e in events if e["event"] == "run.fallback"]
+    assert len(fallbacks) == 1  # each distinct reason is logged once
+    assert fallbacks[0]["category"] == category
+    assert fallbacks[0]["module"] == "model" and fallbacks[0]["function"] == "score"
+
+
+def test_symbolic_dims_must_agree_across_arguments() -> None:
+    entry = make_entry(pair, [spec(("B", 4), name="x"), spec(("B", 4), name="y")])
+    bound = bind(entry, pair)
+    x, y = jnp.ones((3, 4), jnp.float32), jnp.ones((2, 4), jnp.float32)
+    with pytest.raises(TypeError):  # what the original says about mismatched shapes
+        pair(x, y)
+    with capture_logs() as events, pytest.raises(TypeError):
+        bound(x, y)
+    assert bound.ppy_stats.fallbacks == {"symbolic": 1}
+    assert "B is 3 in x but 2 in y" in events[0]["reason"]
+    np.testing.assert_array_equal(np.asarray(bound(x, x)), np.asarray(pair(x, x)))
+
+
+@pytest.mark.parametrize(
+    "transform",
+    [
+        lambda f, x: jax.jit(f)(x),
+        lambda f, x: jax.grad(lambda v: f(v).sum())(x),
+        lambda f, x: jax.vmap(f)(x[None]),
+    ],
+    ids=["jit", "grad", "vmap"],
+)
+def test_tracers_go_to_the_original(score_entry, transform) -> None:
+    bound = bind(score_entry, score)
+    x = jnp.arange(12, dtype=jnp.float32).reshape(3, 4)
+    got, want = transform(bound, x), transform(score, x)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
+    assert bound.ppy_stats.fallbacks == {"tracer": 1}
+
+
+def test_the_jitted_functions_methods_are_still_there(score_entry) -> None:
+    bound = bind(score_entry, score)
+    assert bound.__name__ == "score" and bound.__wrapped__ is score
+    assert "tanh" in bound.lower(F32).as_text()
+
+
+def test_an_export_for_another_platform_is_not_bound() -> None:
+    entry = make_entry(score, BATCH, platforms=["cuda"])
+    with pytest.raises(NotBound) as refusal:
+        bind(entry, score)
+    assert "cuda" in refusal.value.reason and jax.default_backend() in refusal.value.reason
+
+
+def test_an_unsupported_calling_convention_is_not_bound(score_entry) -> None:
+    exported = jax.export.deserialize(bytearray(score_entry.payload["export"]))
+    newer = dataclasses.replace(exported, calling_convention_version=99)
+    entry = dataclasses.replace(score_entry, payload={"export": bytes(newer.serialize())})
+    with pytest.raises(NotBound, match=r"version 99; jax .* supports \d+\.\.\d+"):
+        bind(entry, score)
+
+
+def test_unreadable_bytes_are_not_bound(score_entry) -> None:
+    entry = dataclasses.replace(score_entry, payload={"export": b"not an export"})
+    with pytest.raises(NotBound, match="cannot read this export"):
+        bind(entry, score)
+
+
+def test_a_description_that_disagrees_with_the_export_is_not_bound(score_entry) -> None:
+    entry = dataclasses.replace(score_entry, inputs=(spec(("B", 5), name="x"),))
+    with pytest.raises(NotBound, match="described as float32"):
+        bind(entry, score)
+
+
+def test_executables_are_cached_and_a_damaged_one_rebuilt(score_entry, cache_dir: Path) -> None:
+    x = jnp.ones((3, 4), jnp.float32)
+    first = bind(score_entry, score, cache=None)
+    with capture_logs() as events:
+        first(x)
+    assert [e["event"] for e in events] == ["cache.miss", "cache.write"]
+    assert ExecutableCache().stats()[0] == 1
+
+    second = bind(score_entry, score, cache=None)
+    with capture_logs() as events:
+        np.testing.assert_array_equal(np.asarray(second(x)), np.asarray(score(x)))
+    assert [e["event"] for e in events] == ["cache.hit"]
+    assert list(second.ppy_stats.executables.values()) == ["cache"]
+
+    (path,) = cache_dir.glob("*.exe")
+    raw = path.read_bytes()
+    path.write_bytes(raw[:-10] + b"0123456789")
+    third = bind(score_entry, score, cache=None)
+    with capture_logs() as events:
+        np.testing.assert_array_equal(np.asarray(third(x)), np.asarray(score(x)))
+    assert [e["event"] for e in events] == ["cache.corrupt", "cache.write"]
+    assert list(third.ppy_stats.executables.values()) == ["compiled"]
+    assert ExecutableCache().get(path.stem) is not None
