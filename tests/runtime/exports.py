@@ -11,7 +11,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
-
 from ppy.entry import Entry
 from ppy.spec import Dim, TensorSpec
 
@@ -51,7 +50,10 @@ def make_entry(
         inputs=tuple(inputs),
         outputs=outputs,
         platforms=tuple(exported.platforms),
-        payload={"export": bytes(exported.serialize()), "stablehlo": exported.mlir_module().encode()},
+        payload={
+            "export": bytes(exported.serialize()),
+            "stablehlo": exported.mlir_module().encode(),
+        },
         metadata={
             "jax_version": jax.__version__,
             "calling_convention_version": exported.calling_convention_version,

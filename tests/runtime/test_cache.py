@@ -8,9 +8,8 @@ import stat
 from pathlib import Path
 
 import pytest
-from structlog.testing import capture_logs
-
 from ppy.cache import ExecutableCache, cache_dir, executable_key, render_cache_summary
+from structlog.testing import capture_logs
 
 KEY = hashlib.sha256(b"one").hexdigest()
 OTHER = hashlib.sha256(b"two").hexdigest()

@@ -10,11 +10,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from structlog.testing import capture_logs
-
 from ppy.cache import ExecutableCache
 from ppy.runtime import NotBound
 from ppy_runtime_pjrt.export import ExportRuntime
+from structlog.testing import capture_logs
+
 from tests.runtime.exports import make_entry, spec
 
 
@@ -108,8 +108,17 @@ F32 = jnp.ones((3, 4), jnp.float32)
         ((), {"x": F32}, "keywords"),
         ((F32, F32), {}, "count"),
     ],
-    ids=["shape", "dtype", "rank", "zero-size", "python-scalar", "numpy-scalar", "list",
-         "keywords", "count"],
+    ids=[
+        "shape",
+        "dtype",
+        "rank",
+        "zero-size",
+        "python-scalar",
+        "numpy-scalar",
+        "list",
+        "keywords",
+        "count",
+    ],
 )
 def test_what_does_not_match_goes_to_the_original(score_entry, args, kwargs, category) -> None:
     calls = []
