@@ -1,0 +1,323 @@
+"""Run a program as ``python FILE.ppy ARGS`` would, with staged functions bound.
+
+Binding happens right after each staged function is defined: the module is
+compiled from its AST, and after every top-level ``def`` that has an entry in
+the artifact one statement is inserted::
+
+    name = __ppy_bind__("name", name)
+
+on the ``def``'s own line, so that line numbers, and therefore tracebacks,
+stay those of the source. Module-level code and ``main()`` then find the
+bound function under its name. The ``.ppy`` modules of the project that the
+program imports are bound the same way by a finder placed just ahead of
+``ppy._hook.PpyFinder``.
+
+An entry is not bound -- the original stays, and ``run.unbound`` says why --
+when its module's source changed since the build, when no runtime is
+installed for its kind, or when the runtime raises ``NotBound``.
+
+This module does not import jax: the runtimes do, when they bind.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import hashlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import CodeType, ModuleType, TracebackType
+from typing import TYPE_CHECKING, Any
+
+from ppy._hook import PpyFinder, find_ppy_source
+from ppy.runtime import NotBound, Runtime
+
+if TYPE_CHECKING:
+    from ppy.artifact import Artifact
+    from ppy.entry import Entry
+
+__all__ = ["BIND_NAME", "Binder", "bind_source", "module_name", "run_program"]
+
+#: The name the inserted statements call; a dunder, so no program uses it.
+BIND_NAME = "__ppy_bind__"
+
+_PPY_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _log() -> Any:
+    from ppy.log import get_logger
+
+    return get_logger()
+
+
+def module_name(path: Path, root: Path) -> str | None:
+    """The artifact's name of the module at ``path``: its path under ``root``.
+
+    ``pkg/helpers.ppy`` is ``pkg.helpers``; the program itself is named the
+    same way (``model``), although it runs as ``__main__``. None outside root.
+    """
+    try:
+        relative = path.resolve().relative_to(root.resolve())
+    except ValueError:
+        return None
+    return ".".join(relative.with_suffix("").parts)
+
+
+def bind_source(source: bytes, filename: str, staged: frozenset[str]) -> CodeType:
+    """Compile ``source`` with a bind statement after each staged top-level def."""
+    tree = ast.parse(source, filename)
+    body: list[ast.stmt] = []
+    for statement in tree.body:
+        body.append(statement)
+        if isinstance(statement, ast.FunctionDef) and statement.name in staged:
+            body.append(_bind_statement(statement))
+    tree.body = body
+    return compile(tree, filename, "exec", dont_inherit=True)
+
+
+def _bind_statement(definition: ast.FunctionDef) -> ast.stmt:
+    name = definition.name
+    call = ast.Call(
+        func=ast.Name(BIND_NAME, ast.Load()),
+        args=[ast.Constant(name), ast.Name(name, ast.Load())],
+        keywords=[],
+    )
+    statement = ast.Assign(targets=[ast.Name(name, ast.Store())], value=call)
+    # The def's line: a traceback through the binding points at the def.
+    for node in ast.walk(statement):
+        node.lineno = node.end_lineno = definition.lineno  # type: ignore[attr-defined]
+        node.col_offset = node.end_col_offset = definition.col_offset  # type: ignore[attr-defined]
+    return statement
+
+
+class Binder:
+    """Decides, module by module, which entries to bind, and binds them."""
+
+    def __init__(
+        self,
+        artifact: Artifact | None,
+        runtimes: Mapping[str, Runtime],
+        root: Path,
+        *,
+        bind_stale: bool = False,
+    ) -> None:
+        self.artifact = artifact
+        self.runtimes = runtimes
+        self.root = root
+        self.bind_stale = bind_stale
+
+    def entries(self, module: str | None, source: bytes) -> dict[str, Entry]:
+        """The entries of ``module`` that may be bound, by qualname."""
+        if self.artifact is None or module is None:
+            return {}
+        found = {e.qualname: e for e in self.artifact.entries if e.module == module}
+        if not found:
+            return {}
+        record = self.artifact.module(module)
+        current = hashlib.sha256(source).hexdigest()
+        if record is None or record.sha256 != current:
+            if not self.bind_stale:
+                for entry in found.values():
+                    self._unbound(entry, "source changed since the build")
+                return {}
+            _log().warning("run.bind_stale", module=module)
+        return found
+
+    def binder(self, entries: Mapping[str, Entry]) -> Callable[[str, Any], Any]:
+        """The ``__ppy_bind__`` of one module."""
+
+        def bind(qualname: str, original: Any) -> Any:
+            entry = entries[qualname]
+            runtime = self.runtimes.get(entry.kind)
+            if runtime is None:
+                self._unbound(entry, f"no runtime for entry kind {entry.kind!r} is installed")
+                return original
+            try:
+                bound = runtime.bind(entry, original)
+            except NotBound as refusal:
+                self._unbound(entry, refusal.reason)
+                return original
+            except Exception as error:
+                self._unbound(
+                    entry, f"the {entry.kind} runtime failed: {type(error).__name__}: {error}"
+                )
+                return original
+            _log().info("run.bind", module=entry.module, function=entry.qualname, kind=entry.kind)
+            return bound
+
+        return bind
+
+    def _unbound(self, entry: Entry, reason: str) -> None:
+        _log().info("run.unbound", module=entry.module, function=entry.qualname, reason=reason)
+
+    def code(self, path: Path, module: str | None) -> tuple[CodeType, Callable[[str, Any], Any]]:
+        source = path.read_bytes()
+        entries = self.entries(module, source)
+        code = bind_source(source, str(path), frozenset(entries))
+        return code, self.binder(entries)
+
+
+class _BindingLoader(importlib.abc.Loader):
+    """Executes a project ``.ppy`` module with its staged functions bound."""
+
+    def __init__(self, binder: Binder, path: Path, module: str) -> None:
+        self.binder = binder
+        self.path = path
+        self.module = module
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return None
+
+    def exec_module(self, module: ModuleType) -> None:
+        code, bind = self.binder.code(self.path, self.module)
+        module.__dict__[BIND_NAME] = bind
+        exec(code, module.__dict__)
+
+    def get_source(self, fullname: str) -> str:
+        return self.path.read_text()
+
+
+class _BindingFinder(importlib.abc.MetaPathFinder):
+    """Finds the project's ``.ppy`` modules that have entries in the artifact."""
+
+    def __init__(self, binder: Binder) -> None:
+        self.binder = binder
+        self.modules = (
+            {e.module for e in binder.artifact.entries} if binder.artifact is not None else set()
+        )
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None,
+        target: ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        source = find_ppy_source(fullname, path)
+        if source is None:
+            return None
+        name = module_name(Path(source), self.binder.root)
+        if name not in self.modules:
+            return None  # nothing to bind: the ordinary .ppy finder loads it
+        loader = _BindingLoader(self.binder, Path(source), name)
+        return importlib.util.spec_from_file_location(fullname, source, loader=loader)
+
+
+def _install(finder: _BindingFinder) -> None:
+    for index, existing in enumerate(sys.meta_path):
+        if isinstance(existing, PpyFinder):
+            sys.meta_path.insert(index, finder)
+            return
+    sys.meta_path.append(finder)
+
+
+def run_program(
+    program: Path,
+    argv: Sequence[str],
+    *,
+    artifact: Artifact | None,
+    runtimes: Mapping[str, Runtime],
+    root: Path,
+    bind_stale: bool = False,
+) -> int:
+    """Run ``program`` as ``__main__``; its exit code, as ``python`` would give it."""
+    import ppy  # noqa: F401 - installs the .ppy hook the finder goes ahead of
+
+    binder = Binder(artifact, runtimes, root, bind_stale=bind_stale)
+    finder = _BindingFinder(binder)
+    main = ModuleType("__main__")
+    main.__dict__.update(
+        __file__=str(program),
+        __builtins__=builtins,
+        __cached__=None,
+        __spec__=None,
+        __loader__=importlib.machinery.SourceFileLoader("__main__", str(program)),
+    )
+    saved_argv, saved_path0 = sys.argv, sys.path[0] if sys.path else None
+    saved_main = sys.modules.get("__main__")
+    sys.argv = [str(program), *argv]
+    if sys.path:
+        sys.path[0] = str(program.parent)
+    else:
+        sys.path.append(str(program.parent))
+    sys.modules["__main__"] = main
+    _install(finder)
+    try:
+        try:
+            code, bind = binder.code(program, module_name(program, root))
+        except SyntaxError as error:
+            _print_exception(type(error), error, None)  # as python: no frames, just the line
+            return 1
+        main.__dict__[BIND_NAME] = bind
+        exec(code, main.__dict__)
+    except SystemExit as done:
+        return _exit_code(done)
+    except KeyboardInterrupt:
+        _print_exception(*sys.exc_info())
+        return 130
+    except BaseException:
+        _print_exception(*sys.exc_info())
+        return 1
+    finally:
+        sys.stdout.flush()
+        if finder in sys.meta_path:
+            sys.meta_path.remove(finder)
+        sys.argv = saved_argv
+        if saved_path0 is not None:
+            sys.path[0] = saved_path0
+        if saved_main is not None:
+            sys.modules["__main__"] = saved_main
+    return 0
+
+
+def _exit_code(done: SystemExit) -> int:
+    """What the interpreter makes of ``sys.exit(value)``."""
+    code = done.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _print_exception(
+    kind: type[BaseException] | None,
+    value: BaseException | None,
+    tb: TracebackType | None,
+) -> None:
+    """The traceback python would print, without ppy's own frames."""
+    if kind is None or value is None:
+        return
+    report = traceback.TracebackException(kind, value, tb, compact=True)
+    _drop_own_frames(report, _own_dirs(), set())
+    print("".join(report.format()), end="", file=sys.stderr)
+
+
+def _own_dirs() -> frozenset[str]:
+    """ppy's package and every loaded runtime package: their frames are ours."""
+    dirs = {_PPY_DIR}
+    for name, module in list(sys.modules.items()):
+        if name.startswith("ppy_runtime_") and "." not in name:
+            location = getattr(module, "__file__", None)
+            if location:
+                dirs.add(os.path.dirname(os.path.abspath(location)))
+    return frozenset(dirs)
+
+
+def _drop_own_frames(
+    report: traceback.TracebackException, own: frozenset[str], done: set[int]
+) -> None:
+    if id(report) in done:
+        return
+    done.add(id(report))
+    kept = [f for f in report.stack if os.path.dirname(os.path.abspath(f.filename)) not in own]
+    report.stack = traceback.StackSummary.from_list(kept)
+    for linked in (report.__cause__, report.__context__):
+        if linked is not None:
+            _drop_own_frames(linked, own, done)
