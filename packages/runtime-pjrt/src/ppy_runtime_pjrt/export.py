@@ -238,8 +238,12 @@ def _fast_2(table: dict[Any, Any], slow: Callable[..., Any]) -> Callable[..., An
             try:
                 av = a.aval
                 bv = b.aval
-                key = (type(a), av.shape, av.dtype, av.weak_type)
-                call = table[(*key, type(b), bv.shape, bv.dtype, bv.weak_type)]
+                call = table[
+                    (
+                        type(a), av.shape, av.dtype, av.weak_type,
+                        type(b), bv.shape, bv.dtype, bv.weak_type,
+                    )
+                ]  # fmt: skip
             except _MISSES:
                 pass
             else:
