@@ -1,0 +1,185 @@
+"""The export worker: ``python -m ppy_plugin_jax.worker``, one per build.
+
+It reads one JSON request from stdin, imports each module under its own name
+(so ``if __name__ == "__main__":`` does not run), exports each function with
+``jax.export``, and writes one JSON line per result to the protocol pipe.
+The user's code may print, raise, exit or crash: fds 1 and 2 are pointed at a
+capture file before any user code runs, so nothing it writes can corrupt the
+protocol, and what it wrote is sent back with each result.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib
+import json
+import os
+import sys
+import traceback
+from collections.abc import Mapping
+from typing import IO, Any
+
+
+class Capture:
+    """Output the user's code wrote since the last ``take``."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.offset = 0
+
+    def take(self) -> str:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        with open(self.path, "rb") as handle:
+            handle.seek(self.offset)
+            data = handle.read()
+        self.offset += len(data)
+        return data.decode("utf-8", "replace")
+
+
+def _specs(function: Mapping[str, Any]) -> list[Any]:
+    import jax
+    import jax.numpy as jnp
+    from jax import export
+
+    scope = export.SymbolicScope()
+    specs = []
+    for param in function["params"]:
+        dims = param["dims"]
+        if any(isinstance(d, str) for d in dims):
+            shape = export.symbolic_shape(", ".join(str(d) for d in dims), scope=scope)
+        else:
+            shape = tuple(dims)
+        specs.append(jax.ShapeDtypeStruct(shape, jnp.dtype(param["dtype"])))
+    return specs
+
+
+def _runtime_annotations(fn: Any, function: Mapping[str, Any]) -> str | None:
+    """Disagreement between the live annotations and what the source said, if any."""
+    import typing
+
+    import ppy
+
+    target = getattr(fn, "__wrapped__", fn)
+    try:
+        hints = typing.get_type_hints(target, include_extras=True)
+    except Exception as error:  # annotations that do not evaluate are the user's to fix
+        return f"its annotations do not evaluate at run time: {type(error).__name__}: {error}"
+    for param in function["params"]:
+        metadata = getattr(hints.get(param["name"]), "__metadata__", ())
+        shapes = [m.dims for m in metadata if isinstance(m, ppy.Shape)]
+        dtypes = [m.name for m in metadata if isinstance(m, ppy.DType)]
+        live = (list(shapes[0]) if shapes else None, dtypes[0] if dtypes else None)
+        read = (param["dims"], param["dtype"])
+        if live != read:
+            return (
+                f"parameter {param['name']} is {live[1]}{live[0]} at run time but the source "
+                f"reads {read[1]}{read[0]}; the annotation must be a literal the build can read"
+            )
+    return None
+
+
+def _dims(aval: Any) -> list[int | str]:
+    return [d if isinstance(d, int) else str(d) for d in aval.shape]
+
+
+def _export(
+    module: Any, function: Mapping[str, Any], platforms: list[str] | None
+) -> dict[str, Any]:
+    import jax
+    from jax import export
+
+    fn: Any = module
+    for part in function["qualname"].split("."):
+        fn = getattr(fn, part)
+    mismatch = _runtime_annotations(fn, function)
+    if mismatch:
+        return {"ok": False, "rule": "annotation-mismatch", "reason": mismatch}
+    targets = platforms or [jax.default_backend()]
+    exported = export.export(fn, platforms=targets)(*_specs(function))
+    return {
+        "ok": True,
+        "export": base64.b64encode(exported.serialize()).decode(),
+        "stablehlo": exported.mlir_module(),
+        "outputs": [{"dims": _dims(a), "dtype": str(a.dtype)} for a in exported.out_avals],
+        "platforms": list(exported.platforms),
+        "metadata": {
+            "jax_version": jax.__version__,
+            "jaxlib_version": importlib.import_module("jaxlib").__version__,
+            "calling_convention_version": exported.calling_convention_version,
+            "nr_devices": exported.nr_devices,
+            "in_shardings": "replicated",
+        },
+    }
+
+
+def _serve(request: Mapping[str, Any], out: IO[str], capture: Capture) -> None:
+    sys.path.insert(0, request["root"])
+    import ppy  # noqa: F401  (installs the .ppy import hook)
+
+    def send(message: Mapping[str, Any]) -> None:
+        out.write(json.dumps(message) + "\n")
+        out.flush()
+
+    for module_request in request["modules"]:
+        name = module_request["name"]
+        send({"event": "module", "module": name})
+        try:
+            module = importlib.import_module(name)
+        except BaseException as error:  # SystemExit and KeyboardInterrupt too: user code
+            reason = _describe(error, f"importing {module_request['path']}")
+            output = capture.take()
+            for function in module_request["functions"]:
+                send(
+                    {
+                        "module": name,
+                        "qualname": function["qualname"],
+                        "ok": False,
+                        "rule": "import-failed",
+                        "reason": reason,
+                        "output": output,
+                    }
+                )
+            continue
+        import_output = capture.take()
+        for function in module_request["functions"]:
+            try:
+                result = _export(module, function, request.get("platforms"))
+            except BaseException as error:
+                result = {
+                    "ok": False,
+                    "rule": "export-failed",
+                    "reason": _describe(error, "exporting it"),
+                }
+            result.update(
+                module=name, qualname=function["qualname"], output=import_output + capture.take()
+            )
+            send(result)
+    send({"event": "done"})
+
+
+def _describe(error: BaseException, doing: str) -> str:
+    if isinstance(error, SystemExit):
+        return f"the code called sys.exit({error.code!r}) while {doing}"
+    last = traceback.extract_tb(error.__traceback__)[-1:] if error.__traceback__ else []
+    where = f" at {last[0].filename}:{last[0].lineno}" if last else ""
+    message = str(error).strip().splitlines()
+    text = message[0] if message else ""
+    if len(message) > 1:
+        text += " " + " ".join(line.strip() for line in message[1:4])
+    return f"{type(error).__name__}{where} while {doing}: {text}"
+
+
+def main() -> None:
+    request = json.loads(sys.stdin.read())
+    protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    fd = os.open(request["capture"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    _serve(request, protocol, Capture(request["capture"]))
+    protocol.close()
+
+
+if __name__ == "__main__":
+    main()
