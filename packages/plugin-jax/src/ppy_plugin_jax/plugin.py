@@ -38,6 +38,18 @@ SETTINGS: Mapping[str, Setting] = {
 
 _STATIC_KEYWORDS = ("static_argnums", "static_argnames")
 
+#: Distributions whose versions change what an export holds: jax itself and the
+#: backend plugins that change the default platform.
+_TOOLS = (
+    "jax",
+    "jaxlib",
+    "jax-cuda12-plugin",
+    "jax-cuda13-plugin",
+    "jax-rocm6-plugin",
+    "jax-rocm7-plugin",
+    "libtpu",
+)
+
 
 def _version(distribution: str) -> str:
     try:
@@ -84,12 +96,7 @@ class JaxExportPlugin:
         return settings
 
     def fingerprint(self, settings: Mapping[str, Any]) -> str:
-        tools = ["jax", "jaxlib"] + sorted(
-            d.metadata["Name"]
-            for d in metadata.distributions()
-            if (d.metadata["Name"] or "").startswith(("jax-cuda", "jax-rocm", "libtpu"))
-        )
-        versions = ",".join(f"{t}={_version(t)}" for t in tools)
+        versions = ",".join(f"{t}={_version(t)}" for t in _TOOLS)
         return f"{versions};platforms={settings.get('platforms')}"
 
     def check(
