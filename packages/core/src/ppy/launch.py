@@ -20,7 +20,6 @@ __all__ = ["launch"]
 
 def launch(program: Path, argv: list[str], *, build: bool = True) -> int:
     from ppy.artifact import read_artifact
-    from ppy.build import staleness
     from ppy.config import load_config
     from ppy.log import get_logger
     from ppy.registry import load_runtimes
@@ -37,6 +36,8 @@ def launch(program: Path, argv: list[str], *, build: bool = True) -> int:
         except PpyError as error:
             log.warning("run.artifact_unreadable", path=str(config.artifact), error=str(error))
     if build:
+        from ppy.build import staleness
+
         try:
             stale = staleness(config, artifact)
             if stale is not None:
@@ -46,7 +47,8 @@ def launch(program: Path, argv: list[str], *, build: bool = True) -> int:
             raise
         except PpyError as error:
             log.warning("run.build_failed", error=str(error))
-    runtimes = load_runtimes().by_name if artifact is not None and artifact.entries else {}
+    kinds = {entry.kind for entry in artifact.entries} if artifact is not None else set()
+    runtimes = load_runtimes(kinds).by_name if kinds else {}
     code: int = run_program(
         program.resolve(), argv, artifact=artifact, runtimes=runtimes, root=config.root
     )

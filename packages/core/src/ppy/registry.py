@@ -8,8 +8,9 @@ third-party distribution never stops a build.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from typing import Any
 
 from ppy.plugin import Plugin
@@ -62,25 +63,27 @@ def _describe(entry_point: Any) -> tuple[str | None, str | None]:
     return dist.metadata["Name"], dist.version
 
 
-def _load(group: str, check: type) -> Registry:
-    from stevedore import ExtensionManager
+def _load(group: str, check: type, names: Collection[str] | None = None) -> Registry:
+    from stevedore import NamedExtensionManager
 
     failed: dict[str, str] = {}
 
     def on_failure(_manager: Any, entry_point: Any, error: BaseException) -> None:
         failed[entry_point.name] = f"{type(error).__name__}: {error}"
 
-    manager = ExtensionManager(
+    wanted = {ep.name for ep in entry_points(group=group)} if names is None else set(names)
+    manager = NamedExtensionManager(
         namespace=group,
+        names=sorted(wanted),
         invoke_on_load=True,
         on_load_failure_callback=on_failure,
     )
     loaded = {ext.name: ext for ext in manager.extensions}
     installed: list[Installed] = []
     by_name: dict[str, Any] = {}
-    from importlib.metadata import entry_points
-
     for entry_point in sorted(entry_points(group=group), key=lambda ep: ep.name):
+        if entry_point.name not in wanted:
+            continue
         dist, version = _describe(entry_point)
         ext = loaded.get(entry_point.name)
         error = failed.get(entry_point.name)
@@ -114,9 +117,13 @@ def load_plugins() -> Registry:
     return _load(PLUGIN_GROUP, Plugin)
 
 
-def load_runtimes() -> Registry:
-    """Runtimes by the entry kind they load; ``by_name`` values are ``Runtime``s."""
-    return _load(RUNTIME_GROUP, Runtime)
+def load_runtimes(kinds: Collection[str] | None = None) -> Registry:
+    """Runtimes by the entry kind they load; ``by_name`` values are ``Runtime``s.
+
+    ``ppy run`` names the kinds its artifact holds, so a broken runtime for a
+    kind it does not need is neither imported nor reported.
+    """
+    return _load(RUNTIME_GROUP, Runtime, kinds)
 
 
 def by_decorator(plugins: Registry) -> dict[str, Plugin]:
