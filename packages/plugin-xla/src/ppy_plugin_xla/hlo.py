@@ -1,0 +1,199 @@
+"""A writer of StableHLO text for rank-0 values, in MLIR's generic form.
+
+The generic form (``"stablehlo.add"(%a, %b) : (...) -> ...``) is verbose but
+stable across StableHLO releases, and it is all the compiler needs: scalars
+of three element types, elementwise ops, ``compare``, ``select`` and
+``while``. Values are named ``%vN`` from one counter for the whole module, so
+a name is unique even across nested regions (which may read values defined
+above them).
+
+Constants of i1 are folded here, so predicates that are known to be true or
+false never reach the module; that keeps straight-line code free of selects.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["ELEMENT", "Builder", "Value"]
+
+#: Python scalar type -> StableHLO element type.
+ELEMENT = {"float": "f64", "int": "i64", "bool": "i1"}
+
+
+@dataclass(frozen=True)
+class Value:
+    """One SSA value: its name, its Python type, and its value when constant."""
+
+    name: str
+    type: str  # "float" | "int" | "bool"
+    const: float | int | bool | None = None
+
+    @property
+    def tensor(self) -> str:
+        return f"tensor<{ELEMENT[self.type]}>"
+
+
+def _literal(kind: str, value: float | int | bool) -> str:
+    if kind == "float":
+        bits = struct.unpack("<Q", struct.pack("<d", float(value)))[0]
+        return f"0x{bits:016X}"
+    if kind == "bool":
+        return "true" if value else "false"
+    return str(int(value))
+
+
+@dataclass
+class Builder:
+    """Appends ops to the current region; ``scratch`` builders discard text."""
+
+    lines: list[str] = field(default_factory=list)
+    counter: list[int] = field(default_factory=lambda: [0])
+    depth: int = 2
+    scratch: bool = False
+
+    def fresh(self) -> str:
+        self.counter[0] += 1
+        return f"%v{self.counter[0]}"
+
+    def emit(self, text: str) -> None:
+        if not self.scratch:
+            self.lines.append("  " * self.depth + text)
+
+    # -- constants and generic ops -------------------------------------------------
+
+    def const(self, kind: str, value: float | int | bool) -> Value:
+        name = self.fresh()
+        element = ELEMENT[kind]
+        self.emit(
+            f'{name} = "stablehlo.constant"() {{value = dense<{_literal(kind, value)}> : '
+            f"tensor<{element}>}} : () -> tensor<{element}>"
+        )
+        if kind == "bool":
+            return Value(name, kind, bool(value))
+        return Value(name, kind, float(value) if kind == "float" else int(value))
+
+    def op(self, opname: str, operands: Sequence[Value], kind: str, attrs: str = "") -> Value:
+        name = self.fresh()
+        args = ", ".join(v.name for v in operands)
+        types = ", ".join(v.tensor for v in operands)
+        attr = f" {{{attrs}}}" if attrs else ""
+        self.emit(
+            f'{name} = "stablehlo.{opname}"({args}){attr} : ({types}) -> '
+            f"tensor<{ELEMENT[kind]}>"
+        )
+        return Value(name, kind)
+
+    def unary(self, opname: str, a: Value) -> Value:
+        return self.op(opname, [a], a.type)
+
+    def binary(self, opname: str, a: Value, b: Value) -> Value:
+        return self.op(opname, [a, b], a.type)
+
+    def compare(self, direction: str, a: Value, b: Value) -> Value:
+        if a.const is not None and b.const is not None and a.type == b.type == "bool":
+            x, y = bool(a.const), bool(b.const)
+            folded = {"EQ": x == y, "NE": x != y}.get(direction)
+            if folded is not None:
+                return self.const("bool", folded)
+        kind = {"float": "FLOAT", "int": "SIGNED", "bool": "UNSIGNED"}[a.type]
+        return self.op(
+            "compare",
+            [a, b],
+            "bool",
+            f"comparison_direction = #stablehlo<comparison_direction {direction}>, "
+            f"compare_type = #stablehlo<comparison_type {kind}>",
+        )
+
+    def convert(self, a: Value, kind: str) -> Value:
+        if a.type == kind:
+            return a
+        return self.op("convert", [a], kind)
+
+    def bitcast(self, a: Value, kind: str) -> Value:
+        return self.op("bitcast_convert", [a], kind)
+
+    def select(self, p: Value, a: Value, b: Value) -> Value:
+        if p.const is not None:
+            return a if p.const else b
+        if a is b:
+            return a
+        return self.op("select", [p, a, b], a.type)
+
+    # -- i1 logic with folding -----------------------------------------------------
+
+    def true(self) -> Value:
+        return self.const("bool", True)
+
+    def false(self) -> Value:
+        return self.const("bool", False)
+
+    def and_(self, a: Value, b: Value) -> Value:
+        if a.const is not None:
+            return b if a.const else a
+        if b.const is not None:
+            return a if b.const else b
+        return self.op("and", [a, b], "bool")
+
+    def or_(self, a: Value, b: Value) -> Value:
+        if a.const is not None:
+            return a if a.const else b
+        if b.const is not None:
+            return b if b.const else a
+        return self.op("or", [a, b], "bool")
+
+    def not_(self, a: Value) -> Value:
+        if a.const is not None:
+            return self.const("bool", not a.const)
+        return self.op("not", [a], "bool")
+
+    # -- structured control flow ---------------------------------------------------
+
+    def while_(
+        self,
+        init: Sequence[Value],
+        cond: Callable[[list[Value]], Value],
+        body: Callable[[list[Value]], list[Value]],
+    ) -> list[Value]:
+        """``stablehlo.while`` over ``init``; ``cond``/``body`` get the block arguments."""
+        name = self.fresh()
+        count = len(init)
+        types = ", ".join(v.tensor for v in init)
+        args = ", ".join(v.name for v in init)
+        self.emit(f'{name}:{count} = "stablehlo.while"({args}) ({{')
+        for index, region in enumerate((cond, body)):
+            params = [Value(self.fresh(), v.type) for v in init]
+            header = ", ".join(f"{p.name}: {p.tensor}" for p in params)
+            self.emit(f"^bb0({header}):")
+            self.depth += 1
+            if index == 0:
+                result = cond(params)
+                self.emit(f'"stablehlo.return"({result.name}) : ({result.tensor}) -> ()')
+            else:
+                results = body(params)
+                if [r.type for r in results] != [v.type for v in init]:
+                    raise AssertionError("while body changed the carried types")
+                names = ", ".join(r.name for r in results)
+                self.emit(f'"stablehlo.return"({names}) : ({types}) -> ()')
+            self.depth -= 1
+            if index == 0:
+                self.emit("}, {")
+        self.emit(f"}}) : ({types}) -> ({types})")
+        return [Value(f"{name}#{i}", v.type) for i, v in enumerate(init)]
+
+    def module(self, params: Sequence[Value], results: Sequence[Value]) -> str:
+        """The whole module: ``@main`` taking ``params`` and returning ``results``."""
+        header = ", ".join(f"{p.name}: {p.tensor}" for p in params)
+        out = ", ".join(r.tensor for r in results)
+        names = ", ".join(r.name for r in results)
+        body = "\n".join(self.lines)
+        return (
+            "module @ppy_xla_scalar {\n"
+            f"  func.func public @main({header}) -> ({out}) {{\n"
+            f"{body}\n"
+            f'    "func.return"({names}) : ({out}) -> ()\n'
+            "  }\n"
+            "}\n"
+        )

@@ -1,0 +1,163 @@
+"""The ``xla`` plugin: ``@xla.jit`` scalar functions compiled to StableHLO from source.
+
+It reads the module's AST and writes StableHLO text itself: no import of jax,
+no trace, no execution of project code, so it needs no build-execution
+permission. ``check`` compiles the function (pure and fast) and reports the
+first unsupported construct or type error with its file:line; ``stage``
+returns the module text compiled then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+from ppy.decision import Check
+from ppy.entry import Entry
+from ppy.errors import ConfigError
+from ppy.plugin import Requirements, StageFailure, StageRequest
+from ppy.source import FunctionInfo, ModuleInfo
+from ppy.spec import TensorSpec
+
+from ppy_plugin_xla import __version__
+from ppy_plugin_xla.errors import CompileError
+from ppy_plugin_xla.lower import CompiledFunction, compile_function
+from ppy_plugin_xla.scope import read_scope
+
+__all__ = ["DECORATOR", "XlaScalarPlugin", "compile_in_module"]
+
+DECORATOR = "ppy.xla.jit"
+_DTYPES = {"float": "float64", "int": "int64", "bool": "bool"}
+#: How the module's results are laid out; the runtime checks it.
+CALLING_CONVENTION = 1
+
+
+def _jit_names(module: ModuleInfo) -> set[str]:
+    return {
+        f.qualname
+        for f in module.functions
+        if f.scope == "module" and any(d.name == DECORATOR for d in f.decorators)
+    }
+
+
+@lru_cache(maxsize=256)
+def _compile(source: str, names: frozenset[str], qualname: str) -> CompiledFunction | CompileError:
+    try:
+        scope = read_scope(source, set(names))
+    except SyntaxError as error:
+        return CompileError("xla-unsupported", f"the module does not parse: {error}", 0)
+    if qualname not in scope.functions:
+        return CompileError(
+            "xla-unsupported",
+            f"{qualname} is not a module-level function bound once",
+            0,
+            "define @xla.jit functions at module level, once",
+        )
+    try:
+        return compile_function(scope, qualname)
+    except CompileError as error:
+        return error
+    except RecursionError:
+        return CompileError("xla-unsupported", "the function nests too deeply to compile", 0)
+
+
+def compile_in_module(module: ModuleInfo, qualname: str) -> CompiledFunction | CompileError:
+    """Compile one function of ``module``; memoised on the source text."""
+    return _compile(module.source, frozenset(_jit_names(module)), qualname)
+
+
+class XlaScalarPlugin:
+    name = "xla"
+    kind = "xla.scalar"
+    verb = "compiled"
+    decorators = frozenset({DECORATOR})
+    requirements = Requirements(build_execution=False)
+    version = __version__
+
+    def validate_settings(self, table: Mapping[str, Any], path: str) -> Mapping[str, Any]:
+        for key in table:
+            raise ConfigError(
+                f"unknown setting {key!r}: the xla plugin has no settings yet",
+                path=path,
+                key=f"tool.ppy.plugins.xla.{key}",
+                remedy="remove the key",
+            )
+        return {}
+
+    def fingerprint(self, settings: Mapping[str, Any]) -> str:
+        return f"ppy-plugin-xla {__version__} convention {CALLING_CONVENTION}"
+
+    def check(
+        self, function: FunctionInfo, module: ModuleInfo, settings: Mapping[str, Any]
+    ) -> Sequence[Check]:
+        if function.scope != "module":
+            return [
+                Check(
+                    "xla-unsupported",
+                    False,
+                    f"{function.location}: @xla.jit on a {function.scope} function",
+                    "define it at module level",
+                )
+            ]
+        result = compile_in_module(module, function.qualname)
+        if isinstance(result, CompileError):
+            line = result.lineno or function.lineno
+            return [
+                Check(result.rule, False, f"{function.path}:{line}: {result.message}", result.remedy)
+            ]
+        return [
+            Check(
+                "xla-compilable",
+                True,
+                "compiles to StableHLO from the source alone; needs no build-time execution",
+            )
+        ]
+
+    def stage(self, request: StageRequest) -> Sequence[Entry | StageFailure]:
+        results: list[Entry | StageFailure] = []
+        for target in request.targets:
+            for function in target.functions:
+                compiled = compile_in_module(target.module, function.qualname)
+                if isinstance(compiled, CompileError):
+                    line = compiled.lineno or function.lineno
+                    results.append(
+                        StageFailure(
+                            target.module.name,
+                            function.qualname,
+                            compiled.rule,
+                            f"{function.path}:{line}: {compiled.message}",
+                            compiled.remedy,
+                        )
+                    )
+                    continue
+                results.append(entry_for(target.module.name, compiled))
+        return results
+
+
+def entry_for(module: str, compiled: CompiledFunction) -> Entry:
+    inputs = tuple(
+        TensorSpec((), _DTYPES[t], name)
+        for name, t in zip(compiled.param_names, compiled.param_types, strict=True)
+    )
+    outputs = (
+        TensorSpec((), _DTYPES[compiled.result_type], "result"),
+        TensorSpec((), "bool", "fallback"),
+    )
+    return Entry(
+        module=module,
+        qualname=compiled.qualname,
+        kind=XlaScalarPlugin.kind,
+        inputs=inputs,
+        outputs=outputs,
+        platforms=("cpu",),
+        payload={"stablehlo": compiled.text.encode()},
+        metadata={
+            "result_type": compiled.result_type,
+            "param_types": list(compiled.param_types),
+            "param_names": list(compiled.param_names),
+            "calling_convention": CALLING_CONVENTION,
+            "outputs": "result, then a flag: when true the Python body is called instead",
+            "plugin_version": __version__,
+        },
+    )

@@ -1,0 +1,133 @@
+"""The ``xla.scalar`` runtime: bind a compiled scalar function in place of its body.
+
+The staged call takes Python scalars in and gives a Python scalar out. It is
+used only for arguments of exactly the annotated types (``float``, ``int``
+within int64, ``bool``; a float argument that is subnormal is excluded, since
+XLA's CPU runtime flushes those to zero) and only when the module's fallback
+flag stays clear; every other call runs the original Python body, so the
+caller sees what CPython computes, exceptions included. The module is
+compiled on the first call, once per process, or loaded from the executable
+cache.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from ppy.entry import Entry
+from ppy.runtime import NotBound
+
+__all__ = ["ScalarRuntime", "StagedScalar"]
+
+_CONVENTION = 1
+_TYPES = {"float": float, "int": int, "bool": bool}
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+_MIN_NORMAL = 2.2250738585072014e-308
+
+
+def _log() -> Any:
+    import structlog
+
+    return structlog.get_logger("ppy")
+
+
+class StagedScalar:
+    """Callable in place of an ``@xla.jit`` function; falls back to ``original``."""
+
+    def __init__(self, entry: Entry, original: Callable[..., Any]) -> None:
+        self.entry = entry
+        self.original = original
+        self.param_types: tuple[str, ...] = tuple(entry.metadata["param_types"])
+        self.result_type: str = entry.metadata["result_type"]
+        self._text = entry.payload["stablehlo"].decode()
+        self._executable: Any = None
+        self._broken: str | None = None
+        self._reasons: set[str] = set()
+        self.fallbacks = 0
+        self.staged_calls = 0
+        functools.update_wrapper(self, original)
+
+    def _fallback(self, reason: str, *args: Any, **kwargs: Any) -> Any:
+        self.fallbacks += 1
+        if reason not in self._reasons:
+            self._reasons.add(reason)
+            _log().info(
+                "run.fallback",
+                module=self.entry.module,
+                function=self.entry.qualname,
+                reason=reason,
+            )
+        return self.original(*args, **kwargs)
+
+    def _guard(self, args: tuple[Any, ...]) -> str | None:
+        if len(args) != len(self.param_types):
+            return f"called with {len(args)} arguments, staged for {len(self.param_types)}"
+        for value, kind in zip(args, self.param_types, strict=True):
+            if type(value) is not _TYPES[kind]:
+                return f"an argument of type {type(value).__name__} where {kind} was staged"
+            if kind == "int" and not _I64_MIN <= value <= _I64_MAX:
+                return "an int argument outside int64"
+            if kind == "float" and value != 0.0 and abs(value) < _MIN_NORMAL:
+                return "a subnormal float argument (XLA's CPU runtime flushes it to zero)"
+        return None
+
+    def _load(self) -> Any:
+        if self._executable is None and self._broken is None:
+            from ppy_runtime_pjrt.scalar_exec import ScalarExecutable
+
+            try:
+                self._executable = ScalarExecutable(
+                    self._text, self.param_types, name=self.entry.qualname
+                )
+            except Exception as error:  # a module this jaxlib cannot compile stays Python
+                self._broken = f"the module did not compile: {error}"
+                _log().warning(
+                    "run.unbound",
+                    module=self.entry.module,
+                    function=self.entry.qualname,
+                    reason=self._broken,
+                )
+        return self._executable
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs:
+            return self._fallback("keyword arguments", *args, **kwargs)
+        reason = self._guard(args)
+        if reason is not None:
+            return self._fallback(reason, *args)
+        executable = self._load()
+        if executable is None:
+            return self._fallback(self._broken or "not compiled", *args)
+        result, flag = executable.call(args)
+        if flag:
+            return self._fallback(
+                "the staged call raised its fallback flag (an error, an int beyond int64, "
+                "a subnormal or a result Python computes otherwise)",
+                *args,
+            )
+        self.staged_calls += 1
+        return _TYPES[self.result_type](result)
+
+
+class ScalarRuntime:
+    """Loads ``xla.scalar`` entries."""
+
+    def bind(self, entry: Entry, original: Callable[..., Any]) -> Callable[..., Any]:
+        meta = entry.metadata
+        if meta.get("calling_convention") != _CONVENTION:
+            raise NotBound(
+                f"calling convention {meta.get('calling_convention')!r}, this runtime reads "
+                f"{_CONVENTION}; rebuild with `ppy build`"
+            )
+        if "stablehlo" not in entry.payload:
+            raise NotBound("the entry has no stablehlo payload")
+        if "cpu" not in entry.platforms:
+            raise NotBound(f"staged for {', '.join(entry.platforms)}, this runtime runs cpu")
+        types = meta.get("param_types")
+        if not isinstance(types, list) or not all(t in _TYPES for t in types):
+            raise NotBound(f"unreadable param_types {types!r}")
+        if meta.get("result_type") not in _TYPES:
+            raise NotBound(f"unreadable result_type {meta.get('result_type')!r}")
+        return StagedScalar(entry, original)

@@ -1,0 +1,110 @@
+"""Compile a scalar StableHLO module once per process and call it with Python scalars.
+
+This talks to the PJRT CPU client directly instead of through ``jax.jit``:
+jax would canonicalize an f64 argument to f32 unless ``jax_enable_x64`` is
+on, and the user's configuration must stay as it is. ``batched_device_put``
+with ``enable_x64=True`` puts one float64/int64/bool host scalar on the device
+as it is; results are read back as numpy scalars and turned into Python ones.
+
+Executables are kept in core's per-user cache (``ppy.cache``), keyed by the
+module text, the platform and the jaxlib version, so a later process loads
+native code instead of compiling.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["ScalarExecutable", "compile_options"]
+
+_DTYPES = {"float": "float64", "int": "int64", "bool": "bool"}
+#: XLA flags that keep the CPU backend to IEEE semantics (no reassociation,
+#: no approximate functions).
+XLA_FLAGS: tuple[tuple[str, bool], ...] = (("xla_cpu_enable_fast_math", False),)
+
+
+def compile_options() -> Any:
+    from jaxlib import xla_client
+
+    options = xla_client.CompileOptions()
+    options.env_option_overrides = list(XLA_FLAGS)
+    return options
+
+
+def _log() -> Any:
+    import structlog
+
+    return structlog.get_logger("ppy")
+
+
+class ScalarExecutable:
+    """One compiled module: ``call(args) -> (result, fallback_flag)``."""
+
+    def __init__(self, text: str, param_types: Sequence[str], *, name: str = "") -> None:
+        import numpy as np
+        from jax._src import core, sharding_impls, xla_bridge
+        from jax._src.lib import _jax
+
+        self._np = np
+        self._put = _jax.batched_device_put
+        backend = xla_bridge.get_backend("cpu")
+        self.device = backend.devices()[0]
+        self._sharding = sharding_impls.SingleDeviceSharding(self.device)
+        self._avals = [core.ShapedArray((), np.dtype(_DTYPES[t])) for t in param_types]
+        self._dtypes = [np.dtype(_DTYPES[t]) for t in param_types]
+        self.executable = self._load(backend, text, param_types, name)
+
+    def _load(self, backend: Any, text: str, param_types: Sequence[str], name: str) -> Any:
+        log = _log()
+        devices = backend.devices()[:1]
+        key, cache = self._cache_key(text, param_types)
+        if cache is not None and key is not None:
+            data = cache.get(key)
+            if data is not None:
+                try:
+                    exe = backend.deserialize_executable(data, devices, compile_options())
+                    log.debug("run.scalar_loaded", function=name, key=key)
+                    return exe
+                except Exception as error:  # a cache file from another build: compile again
+                    log.warning("cache.unloadable", key=key, error=repr(error))
+        start = time.perf_counter()
+        exe = backend.compile_and_load(text, devices, compile_options())
+        log.debug("run.scalar_compiled", function=name, ms=round((time.perf_counter() - start) * 1e3, 1))
+        if cache is not None and key is not None:
+            try:
+                cache.put(key, backend.serialize_executable(exe))
+            except OSError as error:
+                log.warning("cache.unwritable", key=key, error=str(error))
+        return exe
+
+    def _cache_key(self, text: str, param_types: Sequence[str]) -> tuple[str | None, Any]:
+        try:
+            from ppy.cache import ExecutableCache, executable_key
+        except ImportError:
+            return None, None
+        import jaxlib
+
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        key = executable_key(
+            digest,
+            [((), _DTYPES[t]) for t in param_types],
+            platform=self.device.platform,
+            device_kind=str(self.device.device_kind),
+            versions=[("jaxlib", jaxlib.version.__version__), ("kind", "xla.scalar"),
+                      ("xla_flags", repr(XLA_FLAGS))],
+        )
+        return key, ExecutableCache()
+
+    def call(self, args: Sequence[float | int | bool]) -> tuple[Any, bool]:
+        np, put, device, sharding = self._np, self._put, self.device, self._sharding
+        buffers = [
+            put(aval, sharding, [np.asarray(value, dtype)], [device], True, enable_x64=True)
+            for aval, dtype, value in zip(self._avals, self._dtypes, args, strict=True)
+        ]
+        outputs = self.executable.execute_sharded(buffers).disassemble_into_single_device_arrays()
+        result = np.asarray(outputs[0][0]).item()
+        flag = bool(np.asarray(outputs[1][0]).item())
+        return result, flag
