@@ -14,7 +14,9 @@ import pytest
 from tests.conftest import EXAMPLES
 
 PROGRAMS = sorted(
-    p for p in EXAMPLES.rglob("*.ppy") if 'if __name__ == "__main__":' in p.read_text()
+    p
+    for p in EXAMPLES.rglob("*.ppy")
+    if p.is_file() and 'if __name__ == "__main__":' in p.read_text()
 )
 
 

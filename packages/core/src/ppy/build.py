@@ -286,8 +286,10 @@ def staleness(
     """Why the artifact no longer matches the project, or None when it does.
 
     Cheap on purpose, since ``ppy run`` asks it at every start: it hashes the
-    sources and compares the config digest; plugin fingerprints are consulted
-    only for modules that have staged entries.
+    sources and compares the config digest. Given ``plugins``, it also compares
+    each plugin's fingerprint (tool versions, platforms). ``ppy run`` does not:
+    loading every plugin costs start-up, and an entry the installed jax cannot
+    serve is refused by the runtime with its reason.
     """
     if artifact is None:
         return "no artifact has been built"
@@ -301,17 +303,14 @@ def staleness(
     for rel, path in current.items():
         if hashlib.sha256(path.read_bytes()).hexdigest() != recorded[rel].sha256:
             return f"{rel} changed since the build"
-    keyed = [m for m in artifact.modules if m.stage_keys]
-    if keyed:
-        plugins = plugins if plugins is not None else load_plugins()
-        settings = _validated_settings(config, plugins)
-        named = {p.name: p for p in plugins.by_name.values()}
-        for record in keyed:
-            for name, key in record.stage_keys.items():
-                plugin = named.get(name)
-                if plugin is None:
-                    continue
-                module = ModuleInfo(record.name, record.path, "", record.sha256)
-                if stage_key(module, config, plugin, settings[name]) != key:
-                    return f"plugin {name!r} or its tools changed since the build"
+    if plugins is None:
+        return None
+    named = {p.name: p for p in plugins.by_name.values()}
+    settings = _validated_settings(config, plugins)
+    for record in artifact.modules:
+        for name, key in record.stage_keys.items():
+            plugin = named.get(name)
+            module = ModuleInfo(record.name, record.path, "", record.sha256)
+            if plugin is not None and stage_key(module, config, plugin, settings[name]) != key:
+                return f"plugin {name!r} or its tools changed since the build"
     return None

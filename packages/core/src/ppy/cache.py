@@ -77,9 +77,9 @@ def executable_key(
 
 
 def _log() -> Any:
-    import structlog
+    from ppy.log import get_logger
 
-    return structlog.get_logger("ppy")
+    return get_logger()
 
 
 class ExecutableCache:

@@ -1,10 +1,14 @@
-"""structlog, configured once by the CLI.
+"""structlog, configured once by the CLI and imported only when an event is shown.
 
 Events go to stderr, because stdout belongs to the program under ``ppy run``
 and to the build lines under ``ppy build``. By default only warnings show;
 ``-v`` adds the decision, bind and fallback events, ``-vv`` the debug ones,
 ``-q`` leaves errors only. ``--log-format json`` prints one JSON object per
 event for machines.
+
+``get_logger`` returns a small proxy that checks the level itself: importing
+structlog costs about 0.1 s, which a ``ppy run`` that has nothing to say
+should not pay at start-up.
 """
 
 from __future__ import annotations
@@ -17,12 +21,13 @@ __all__ = ["LogFormat", "configure", "get_logger", "verbose"]
 
 LogFormat = Literal["console", "json"]
 
-_verbose = False
+_settings: dict[str, Any] = {"level": logging.WARNING, "format": "console"}
+_logger: Any = None
 
 
 def verbose() -> bool:
     """Whether ``-v`` was given: the runtime then logs every call's path."""
-    return _verbose
+    return bool(_settings["level"] <= logging.INFO)
 
 
 def level_for(verbosity: int) -> int:
@@ -33,28 +38,59 @@ def level_for(verbosity: int) -> int:
 
 
 def configure(verbosity: int = 0, fmt: LogFormat = "console") -> None:
-    import structlog
-
-    global _verbose
-    _verbose = verbosity > 0
-    renderer: Any
-    if fmt == "json":
-        renderer = structlog.processors.JSONRenderer(sort_keys=True)
-    else:
-        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(), pad_event_to=0)
-    processors: list[Any] = [structlog.processors.add_log_level]
-    if fmt == "json":
-        processors.append(structlog.processors.TimeStamper(fmt="iso", utc=True))
-    processors.append(renderer)
-    structlog.configure(
-        processors=processors,
-        wrapper_class=structlog.make_filtering_bound_logger(level_for(verbosity)),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        cache_logger_on_first_use=False,
-    )
+    """Remember the level and format; structlog is set up at the first shown event."""
+    global _logger
+    _settings.update(level=level_for(verbosity), format=fmt)
+    _logger = None
 
 
-def get_logger() -> Any:
-    import structlog
+def _structlog() -> Any:
+    global _logger
+    if _logger is None:
+        import structlog
 
-    return structlog.get_logger("ppy")
+        renderer: Any
+        processors: list[Any] = [structlog.processors.add_log_level]
+        if _settings["format"] == "json":
+            processors.append(structlog.processors.TimeStamper(fmt="iso", utc=True))
+            renderer = structlog.processors.JSONRenderer(sort_keys=True)
+        else:
+            renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(), pad_event_to=0)
+        processors.append(renderer)
+        structlog.configure(
+            processors=processors,
+            wrapper_class=structlog.make_filtering_bound_logger(_settings["level"]),
+            logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+            cache_logger_on_first_use=False,
+        )
+        _logger = structlog.get_logger("ppy")
+    return _logger
+
+
+class _Logger:
+    """The part of a structlog logger ppy uses, filtering before any import."""
+
+    __slots__ = ()
+
+    def _emit(self, level: int, method: str, event: str, fields: dict[str, Any]) -> None:
+        if level >= _settings["level"]:
+            getattr(_structlog(), method)(event, **fields)
+
+    def debug(self, event: str, **fields: Any) -> None:
+        self._emit(logging.DEBUG, "debug", event, fields)
+
+    def info(self, event: str, **fields: Any) -> None:
+        self._emit(logging.INFO, "info", event, fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self._emit(logging.WARNING, "warning", event, fields)
+
+    def error(self, event: str, **fields: Any) -> None:
+        self._emit(logging.ERROR, "error", event, fields)
+
+
+_LOGGER = _Logger()
+
+
+def get_logger() -> _Logger:
+    return _LOGGER
