@@ -37,6 +37,7 @@ SETTINGS: Mapping[str, Setting] = {
 }
 
 _STATIC_KEYWORDS = ("static_argnums", "static_argnames")
+_DONATE_KEYWORDS = ("donate_argnums", "donate_argnames")
 
 #: Distributions whose versions change what an export holds: jax itself and the
 #: backend plugins that change the default platform.
@@ -67,7 +68,9 @@ class JaxExportPlugin:
         build_execution=True,
         permission="allow-build-export",
         array_specs=True,
-        differentiation="a serialized export carries no VJP, so jax.grad of it would fail",
+        differentiation=(
+            "a serialized export carries no VJP, so jax.grad of the staged function would fail"
+        ),
     )
 
     def __init__(self) -> None:
@@ -102,47 +105,62 @@ class JaxExportPlugin:
     def check(
         self, function: FunctionInfo, module: ModuleInfo, settings: Mapping[str, Any]
     ) -> Sequence[Check]:
-        jit = next(d for d in function.decorators if d.name == "jax.jit")
-        static = [k for k in jit.keywords if k in _STATIC_KEYWORDS]
-        checks = [
-            Check(
-                "static-args",
-                not static,
-                f"static arguments ({', '.join(static)}) are compiled in per value, "
-                "so one export cannot serve every call"
-                if static
-                else "no static arguments",
-                "make the static value a module constant, or leave the function jitted"
-                if static
-                else None,
-            )
-        ]
-        odd = [p for p in function.parameters if p.kind != "positional"]
-        checks.append(
-            Check(
-                "parameter-kind",
-                not odd,
-                "keyword-only or variadic parameters cannot be described: "
-                + ", ".join(f"{p.name} ({p.kind.replace('_', '-')})" for p in odd)
-                if odd
-                else "positional parameters only",
-                "make them positional parameters with ppy.Shape and ppy.DType" if odd else None,
-            )
-        )
-        checks.append(
-            Check(
-                "scope",
-                function.scope == "module",
-                f"a {function.scope} function is created at run time; only module-level "
-                "functions are exported"
-                if function.scope != "module"
-                else "module-level function",
-                "move it to module level" if function.scope != "module" else None,
-            )
-        )
-        return checks
+        return (_static_args(function), _parameter_kind(function), _scope(function))
 
     def stage(self, request: StageRequest) -> Sequence[Entry | StageFailure]:
         from ppy_plugin_jax.process import export_in_worker
 
         return export_in_worker(request)
+
+
+def _static_args(function: FunctionInfo) -> Check:
+    keywords = [k for d in function.decorators if d.name == "jax.jit" for k in d.keywords]
+    static = [k for k in keywords if k in _STATIC_KEYWORDS]
+    donated = [k for k in keywords if k in _DONATE_KEYWORDS]
+    if static:
+        return Check(
+            "static-args",
+            False,
+            f"static arguments ({', '.join(static)}) are compiled in per value, "
+            "so they cannot be exported with a fixed description",
+            "make the static value a module constant, or leave the function jitted",
+        )
+    if donated:
+        return Check(
+            "static-args",
+            False,
+            f"donated arguments ({', '.join(donated)}) give their buffers to the call; "
+            "a staged call through the export would not honour it",
+            "drop the donation, or leave the function jitted",
+        )
+    return Check("static-args", True, "no static or donated arguments")
+
+
+def _parameter_kind(function: FunctionInfo) -> Check:
+    odd = [p for p in function.parameters if p.kind != "positional"]
+    if not odd:
+        return Check("parameter-kind", True, "positional parameters only")
+    words = {
+        "keyword_only": "keyword-only",
+        "var_positional": "*args",
+        "var_keyword": "**kwargs",
+    }
+    named = ", ".join(f"{p.name} ({words.get(p.kind, p.kind)})" for p in odd)
+    return Check(
+        "parameter-kind",
+        False,
+        f"only positional parameters can be described for export: {named}",
+        "make them positional parameters annotated with ppy.Shape and ppy.DType",
+    )
+
+
+def _scope(function: FunctionInfo) -> Check:
+    if function.scope == "module":
+        return Check("scope", True, "module-level function")
+    return Check(
+        "scope",
+        False,
+        f"a {function.scope} is created when the program runs; "
+        "only module-level functions are exported",
+        "move it to module level",
+    )

@@ -1,15 +1,16 @@
-"""Running the export worker: one process per build, restarted only after a crash.
+"""Running the export worker: one process per build, restarted only after it dies.
 
 The worker runs the user's code, so it gets a scrubbed environment (no
 inherited secrets), a time limit per module (``export-timeout``), and its own
-process group so a hang can be killed whole. If it dies, the functions of the
-module it was working on fail with what it printed, and a fresh worker takes
-the modules that remain.
+process group so a hang can be killed whole, children included. If it dies or
+hangs, the functions of the module it was working on fail with what it
+printed, and a fresh worker takes the modules that remain.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import selectors
@@ -19,8 +20,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from ppy.entry import Entry
 from ppy.plugin import StageFailure, StageRequest, StageTarget
@@ -28,23 +30,48 @@ from ppy.spec import TensorSpec
 
 __all__ = ["ENV_KEEP", "ENV_PREFIXES", "export_in_worker", "worker_environment"]
 
-#: Variables the worker inherits by name; everything else is dropped.
-ENV_KEEP = frozenset(
-    {"PATH", "HOME", "LANG", "TMPDIR", "TZ", "PYTHONPATH", "LD_LIBRARY_PATH", "SYSTEMROOT"}
+#: Variables the worker inherits by name; everything else is dropped, so tokens
+#: and credentials in the build's environment never reach the user's code.
+#: ``PYTHONPATH`` is deliberately absent: the worker's imports come from the
+#: installed distributions and the project root only.
+ENV_KEEP: Final = frozenset(
+    {"PATH", "HOME", "LANG", "LANGUAGE", "TMPDIR", "TZ", "LD_LIBRARY_PATH", "SYSTEMROOT"}
 )
-#: ... and by prefix: jax's, XLA's and the GPU stacks' own settings.
-ENV_PREFIXES = ("LC_", "JAX_", "XLA_", "TF_CPP_", "CUDA_", "NVIDIA_", "ROCM_", "HIP_", "TPU_")
+#: ... and by prefix: the locale, jax's and XLA's own settings, and what the
+#: GPU and TPU stacks read to find and pick devices.
+ENV_PREFIXES: Final = (
+    "LC_",
+    "JAX_",
+    "XLA_",
+    "TF_CPP_",
+    "CUDA_",
+    "NVIDIA_",
+    "ROCM_",
+    "HIP_",
+    "TPU_",
+)
 
-_REMEDY = "fix the module so that importing it has no side effects, then rebuild"
+#: How much of what the user's code printed goes into one failure.
+OUTPUT_LIMIT: Final = 4000
+
+_IMPORT_REMEDY = "fix the module so that importing it has no side effects, then rebuild"
+_EXPORT_REMEDY = "fix the function or its description; until then it stays an ordinary jitted call"
+_REMEDIES: Final[Mapping[str, str]] = {
+    "import-failed": _IMPORT_REMEDY,
+    "annotation-mismatch": "write the ppy.Shape and ppy.DType as literals in the annotation "
+    "or in a module-level alias, so the source says what the code does",
+}
 
 
 def worker_environment(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The allow-listed part of ``environ``, plus unbuffered output."""
     env = {k: v for k, v in environ.items() if k in ENV_KEEP or k.startswith(ENV_PREFIXES)}
     env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONNOUSERSITE"] = "1"
     return env
 
 
-def _request(target: StageTarget) -> dict[str, Any]:
+def _module_request(target: StageTarget) -> dict[str, Any]:
     return {
         "name": target.module.name,
         "path": target.module.path,
@@ -77,117 +104,166 @@ def _entry(target: StageTarget, qualname: str, message: Mapping[str, Any]) -> En
         platforms=tuple(message["platforms"]),
         payload={
             "export": base64.b64decode(message["export"]),
-            "stablehlo": message["stablehlo"].encode(),
+            "stablehlo": message["stablehlo"].encode("utf-8"),
         },
         metadata=message["metadata"],
     )
 
 
+def _failure(module: str, qualname: str, message: Mapping[str, Any]) -> StageFailure:
+    rule = str(message["rule"])
+    return StageFailure(
+        module,
+        qualname,
+        rule,
+        str(message["reason"]),
+        _REMEDIES.get(rule, _EXPORT_REMEDY),
+        str(message.get("output", ""))[-OUTPUT_LIMIT:],
+    )
+
+
+@dataclass(frozen=True)
+class _Ended:
+    """Why no message came: the worker closed its pipe, or the deadline passed."""
+
+    timed_out: bool
+
+
 class _Worker:
     """One worker process and the pipe it answers on."""
 
-    def __init__(self, request: dict[str, Any]) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "ppy_plugin_jax.worker"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=worker_environment(),
-            cwd=request["root"],
-            start_new_session=True,
-        )
-        assert self.process.stdin and self.process.stdout
-        self.process.stdin.write(json.dumps(request).encode())
-        self.process.stdin.close()
+    def __init__(self, request: Mapping[str, Any], capture: Path) -> None:
+        # stderr goes to the capture file too, so a worker that fails before it
+        # redirects its own fds (a broken install) still says why.
+        with open(capture, "ab") as stderr:
+            self.process = subprocess.Popen(
+                # -P: the project root goes on sys.path by the worker's hand,
+                # after the worker's own imports, not implicitly as the cwd.
+                [sys.executable, "-P", "-m", "ppy_plugin_jax.worker"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                env=worker_environment(),
+                cwd=request["root"],
+                start_new_session=True,
+            )
+        assert self.process.stdin is not None and self.process.stdout is not None
+        try:
+            self.process.stdin.write(json.dumps(request).encode("utf-8"))
+            self.process.stdin.close()
+        except BrokenPipeError:
+            pass  # it died at start-up; read() reports the end
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.process.stdout, selectors.EVENT_READ)
         self.buffer = b""
 
-    def read(self, deadline: float) -> dict[str, Any] | None:
-        """The next message, or None when the worker ended or the deadline passed."""
-        assert self.process.stdout
+    def read(self, deadline: float) -> dict[str, Any] | _Ended:
+        """The next message, or why there is none."""
+        assert self.process.stdout is not None
         while b"\n" not in self.buffer:
             left = deadline - time.monotonic()
             if left <= 0 or not self.selector.select(left):
-                return None
+                return _Ended(timed_out=True)
             chunk = os.read(self.process.stdout.fileno(), 1 << 20)
             if not chunk:
-                return None
+                return _Ended(timed_out=False)
             self.buffer += chunk
         line, self.buffer = self.buffer.split(b"\n", 1)
         message: dict[str, Any] = json.loads(line)
         return message
 
-    def stop(self) -> int | None:
-        if self.process.poll() is None:
+    def stop(self, *, ended: bool) -> int:
+        """Kill the whole process group (the user's code may have started children).
+
+        ``ended``: it closed its pipe, so give it a moment to finish exiting and
+        report its own exit code rather than the kill.
+        """
+        if ended and self.process.poll() is None:
+            # It closed its pipe: let it finish exiting.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=1.0)
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
         code = self.process.wait()
         self.selector.close()
-        assert self.process.stdout
+        assert self.process.stdout is not None
         self.process.stdout.close()
         return code
 
 
+def _exit_words(code: int) -> str:
+    if code < 0:
+        try:
+            return f"the export worker was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"the export worker was killed by signal {-code}"
+    return f"the export worker exited with code {code}"
+
+
 def export_in_worker(request: StageRequest) -> list[Entry | StageFailure]:
+    """Export every function of ``request``; one result per function, in order.
+
+    Each module has ``export-timeout`` seconds, counted from when the worker
+    starts on it, to import and export all its functions.
+    """
+    from ppy_plugin_jax.worker import PROTOCOL_VERSION
+
     timeout = float(request.settings.get("export-timeout", 120.0))
     results: dict[tuple[str, str], Entry | StageFailure] = {}
-    pending = list(request.targets)
+    pending = [t for t in request.targets if t.functions]
     with tempfile.TemporaryDirectory(prefix="ppy-export-") as tmp:
         capture = Path(tmp) / "output.txt"
         while pending:
             capture.write_bytes(b"")
             worker = _Worker(
                 {
+                    "protocol": PROTOCOL_VERSION,
                     "root": str(request.root),
                     "platforms": request.settings.get("platforms"),
                     "capture": str(capture),
-                    "modules": [_request(t) for t in pending],
-                }
+                    "modules": [_module_request(t) for t in pending],
+                },
+                capture,
             )
             current: StageTarget | None = None
-            timed_out = False
+            offset = 0  # where the current module's output starts in the capture
+            deadline = time.monotonic() + timeout
+            ended: _Ended | None = None
             try:
-                while True:
-                    message = worker.read(time.monotonic() + timeout)
-                    if message is None:
-                        timed_out = worker.process.poll() is None
+                while pending:
+                    message = worker.read(deadline)
+                    if isinstance(message, _Ended):
+                        ended = message
                         break
                     if message.get("event") == "module":
                         current = next(t for t in pending if t.module.name == message["module"])
+                        deadline = time.monotonic() + timeout
+                        offset = int(message["offset"])
                         continue
                     if message.get("event") == "done":
-                        pending = []
                         break
-                    assert current is not None
-                    key = (message["module"], message["qualname"])
+                    assert current is not None, "a result came before its module"
+                    key = (current.module.name, str(message["qualname"]))
                     results[key] = (
-                        _entry(current, message["qualname"], message)
+                        _entry(current, key[1], message)
                         if message["ok"]
-                        else StageFailure(
-                            *key,
-                            message["rule"],
-                            message["reason"],
-                            _REMEDY
-                            if message["rule"] == "import-failed"
-                            else "see the reason; the function stays jitted",
-                            message.get("output", ""),
-                        )
+                        else _failure(*key, message)
                     )
                     if all((current.module.name, f.qualname) in results for f in current.functions):
                         pending.remove(current)
                         current = None
             finally:
-                code = worker.stop()
+                code = worker.stop(ended=ended is not None and not ended.timed_out)
             if not pending:
                 break
-            # The worker died or hung in ``current`` (or before its first module).
+            # The worker died or hung in ``current``, or before it reached a module.
             victim = current or pending[0]
             how = (
                 f"timed out after {timeout:g} s (export-timeout)"
-                if timed_out
-                else f"the export worker exited with code {code}"
+                if ended is not None and ended.timed_out
+                else _exit_words(code)
             )
-            output = capture.read_text(errors="replace")
+            output = capture.read_bytes()[offset:].decode("utf-8", "replace")
             for function in victim.functions:
                 results.setdefault(
                     (victim.module.name, function.qualname),
@@ -196,8 +272,10 @@ def export_in_worker(request: StageRequest) -> list[Entry | StageFailure]:
                         function.qualname,
                         "export-failed",
                         f"{how} while importing or exporting {victim.module.path}",
-                        _REMEDY,
-                        output[-4000:],
+                        f"{_IMPORT_REMEDY}; or raise export-timeout"
+                        if ended is not None and ended.timed_out
+                        else _IMPORT_REMEDY,
+                        output[-OUTPUT_LIMIT:],
                     ),
                 )
             pending.remove(victim)

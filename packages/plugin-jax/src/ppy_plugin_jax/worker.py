@@ -6,18 +6,35 @@ It reads one JSON request from stdin, imports each module under its own name
 The user's code may print, raise, exit or crash: fds 1 and 2 are pointed at a
 capture file before any user code runs, so nothing it writes can corrupt the
 protocol, and what it wrote is sent back with each result.
+
+Protocol (version ``PROTOCOL_VERSION``), one JSON object per line:
+
+- ``{"event": "module", "module": NAME, "offset": N}`` before a module is
+  imported; ``N`` is where its output starts in the capture file.
+- one result per function: ``{"module", "qualname", "ok": true, "export"
+  (base64), "stablehlo", "outputs", "platforms", "metadata", "output"}`` or
+  ``{"module", "qualname", "ok": false, "rule", "reason", "output"}``.
+- ``{"event": "done"}`` at the end.
+
+This module imports neither jax nor the user's code at import time: the
+parent imports it for ``PROTOCOL_VERSION``.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import importlib
 import json
 import os
 import sys
 import traceback
 from collections.abc import Mapping
-from typing import IO, Any
+from typing import IO, Any, Final
+
+__all__ = ["PROTOCOL_VERSION", "main"]
+
+PROTOCOL_VERSION: Final = 1
 
 
 class Capture:
@@ -27,9 +44,16 @@ class Capture:
         self.path = path
         self.offset = 0
 
+    def flush(self) -> int:
+        """Flush Python's buffers into the file; the file's size."""
+        for stream in (sys.stdout, sys.stderr):
+            # The user's code may have closed or replaced it.
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                stream.flush()
+        return os.path.getsize(self.path)
+
     def take(self) -> str:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        self.flush()
         with open(self.path, "rb") as handle:
             handle.seek(self.offset)
             data = handle.read()
@@ -38,6 +62,8 @@ class Capture:
 
 
 def _specs(function: Mapping[str, Any]) -> list[Any]:
+    """One ``ShapeDtypeStruct`` per parameter; one symbolic scope per function,
+    so ``"B"`` on two parameters is one dimension."""
     import jax
     import jax.numpy as jnp
     from jax import export
@@ -46,16 +72,22 @@ def _specs(function: Mapping[str, Any]) -> list[Any]:
     specs = []
     for param in function["params"]:
         dims = param["dims"]
+        shape: Any
         if any(isinstance(d, str) for d in dims):
             shape = export.symbolic_shape(", ".join(str(d) for d in dims), scope=scope)
         else:
             shape = tuple(dims)
-        specs.append(jax.ShapeDtypeStruct(shape, jnp.dtype(param["dtype"])))
+        specs.append(jax.ShapeDtypeStruct(shape, jnp.dtype(param["dtype"])))  # type: ignore[no-untyped-call]
     return specs
 
 
 def _runtime_annotations(fn: Any, function: Mapping[str, Any]) -> str | None:
-    """Disagreement between the live annotations and what the source said, if any."""
+    """Disagreement between the live annotations and what the source said, if any.
+
+    Discovery reads annotations from the AST; this is the check that the code,
+    once run, means the same thing (an alias rebound at run time, a shape built
+    from a variable).
+    """
     import typing
 
     import ppy
@@ -74,7 +106,7 @@ def _runtime_annotations(fn: Any, function: Mapping[str, Any]) -> str | None:
         if live != read:
             return (
                 f"parameter {param['name']} is {live[1]}{live[0]} at run time but the source "
-                f"reads {read[1]}{read[0]}; the annotation must be a literal the build can read"
+                f"reads {read[1]}{read[0]}"
             )
     return None
 
@@ -96,10 +128,11 @@ def _export(
     if mismatch:
         return {"ok": False, "rule": "annotation-mismatch", "reason": mismatch}
     targets = platforms or [jax.default_backend()]
-    exported = export.export(fn, platforms=targets)(*_specs(function))
+    specs = _specs(function)
+    exported = export.export(fn, platforms=targets)(*specs)
     return {
         "ok": True,
-        "export": base64.b64encode(exported.serialize()).decode(),
+        "export": base64.b64encode(exported.serialize()).decode("ascii"),
         "stablehlo": exported.mlir_module(),
         "outputs": [{"dims": _dims(a), "dtype": str(a.dtype)} for a in exported.out_avals],
         "platforms": list(exported.platforms),
@@ -108,9 +141,26 @@ def _export(
             "jaxlib_version": importlib.import_module("jaxlib").__version__,
             "calling_convention_version": exported.calling_convention_version,
             "nr_devices": exported.nr_devices,
+            "uses_shape_polymorphism": any(
+                not isinstance(d, int) for a in exported.in_avals for d in a.shape
+            ),
             "in_shardings": "replicated",
         },
     }
+
+
+def _describe(error: BaseException, doing: str, root: str) -> str:
+    """One line: what was raised, where in the user's code, and its message."""
+    if isinstance(error, SystemExit):
+        return f"the code called sys.exit({error.code!r}) while {doing}"
+    frames = traceback.extract_tb(error.__traceback__) if error.__traceback__ else []
+    prefix = os.path.join(os.path.abspath(root), "")
+    user = [f for f in frames if os.path.abspath(f.filename).startswith(prefix)]
+    last = (user or frames)[-1:]
+    where = f" at {last[0].filename}:{last[0].lineno}" if last else ""
+    lines = [ln.strip() for ln in str(error).strip().splitlines() if ln.strip()]
+    text = " ".join(lines[:4])
+    return f"{type(error).__name__}{where} while {doing}: {text}"
 
 
 def _serve(request: Mapping[str, Any], out: IO[str], capture: Capture) -> None:
@@ -123,11 +173,12 @@ def _serve(request: Mapping[str, Any], out: IO[str], capture: Capture) -> None:
 
     for module_request in request["modules"]:
         name = module_request["name"]
-        send({"event": "module", "module": name})
+        send({"event": "module", "module": name, "offset": capture.flush()})
+        capture.take()
         try:
             module = importlib.import_module(name)
         except BaseException as error:  # SystemExit and KeyboardInterrupt too: user code
-            reason = _describe(error, f"importing {module_request['path']}")
+            reason = _describe(error, f"importing {module_request['path']}", request["root"])
             output = capture.take()
             for function in module_request["functions"]:
                 send(
@@ -145,11 +196,11 @@ def _serve(request: Mapping[str, Any], out: IO[str], capture: Capture) -> None:
         for function in module_request["functions"]:
             try:
                 result = _export(module, function, request.get("platforms"))
-            except BaseException as error:
+            except BaseException as error:  # whatever the user's function raises
                 result = {
                     "ok": False,
                     "rule": "export-failed",
-                    "reason": _describe(error, "exporting it"),
+                    "reason": _describe(error, "exporting it", request["root"]),
                 }
             result.update(
                 module=name, qualname=function["qualname"], output=import_output + capture.take()
@@ -158,25 +209,25 @@ def _serve(request: Mapping[str, Any], out: IO[str], capture: Capture) -> None:
     send({"event": "done"})
 
 
-def _describe(error: BaseException, doing: str) -> str:
-    if isinstance(error, SystemExit):
-        return f"the code called sys.exit({error.code!r}) while {doing}"
-    last = traceback.extract_tb(error.__traceback__)[-1:] if error.__traceback__ else []
-    where = f" at {last[0].filename}:{last[0].lineno}" if last else ""
-    message = str(error).strip().splitlines()
-    text = message[0] if message else ""
-    if len(message) > 1:
-        text += " " + " ".join(line.strip() for line in message[1:4])
-    return f"{type(error).__name__}{where} while {doing}: {text}"
-
-
 def main() -> None:
     request = json.loads(sys.stdin.read())
+    if request.get("protocol") != PROTOCOL_VERSION:
+        raise SystemExit(
+            f"ppy_plugin_jax.worker speaks protocol {PROTOCOL_VERSION}, "
+            f"was sent {request.get('protocol')!r}"
+        )
+    # The protocol keeps the original stdout; fds 1 and 2 then point at the
+    # capture file, so prints from the user's code (and from its C extensions
+    # and children) land there. ``os.dup`` gives a non-inheritable fd, so
+    # children the user's code starts cannot write to the protocol.
     protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
     fd = os.open(request["capture"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+    stdin = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(stdin, 0)
+    os.close(stdin)
     _serve(request, protocol, Capture(request["capture"]))
     protocol.close()
 
