@@ -13,7 +13,6 @@ import ml_dtypes
 import numpy as np
 import pytest
 from jax import export
-
 from ppy.artifact import read_artifact
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
@@ -187,7 +186,7 @@ def _call(root: Path, name: str, *args: object) -> list[np.ndarray]:
 
 
 def test_exported_functions_compute_what_the_jitted_ones_do(built: tuple[Path, object]) -> None:
-    root, result = built
+    root, _result = built
     x = jnp.arange(12, dtype=jnp.float32).reshape(3, 4)
     assert np.array_equal(_call(root, "aliased", x)[0], np.asarray(x * 2))
     assert np.array_equal(_call(root, "aliased", x[:1])[0], np.asarray(x[:1] * 2))

@@ -45,9 +45,13 @@ _TOOLS = (
     "jax",
     "jaxlib",
     "jax-cuda12-plugin",
+    "jax-cuda12-pjrt",
     "jax-cuda13-plugin",
+    "jax-cuda13-pjrt",
     "jax-rocm6-plugin",
+    "jax-rocm6-pjrt",
     "jax-rocm7-plugin",
+    "jax-rocm7-pjrt",
     "libtpu",
 )
 
@@ -100,7 +104,9 @@ class JaxExportPlugin:
 
     def fingerprint(self, settings: Mapping[str, Any]) -> str:
         versions = ",".join(f"{t}={_version(t)}" for t in _TOOLS)
-        return f"{versions};platforms={settings.get('platforms')}"
+        platforms = settings.get("platforms")
+        chosen = ",".join(platforms) if platforms else "default"
+        return f"ppy-plugin-jax={self.version},{versions};platforms={chosen}"
 
     def check(
         self, function: FunctionInfo, module: ModuleInfo, settings: Mapping[str, Any]

@@ -55,6 +55,14 @@ ENV_PREFIXES: Final = (
 OUTPUT_LIMIT: Final = 4000
 
 _IMPORT_REMEDY = "fix the module so that importing it has no side effects, then rebuild"
+_CRASH_REMEDY = (
+    "importing the module and tracing its functions must not exit or crash the process; "
+    "fix that (see the output), then rebuild"
+)
+_HANG_REMEDY = (
+    "importing the module and tracing its functions must finish; fix what waits, "
+    "or raise [tool.ppy.plugins.jax] export-timeout"
+)
 _EXPORT_REMEDY = "fix the function or its description; until then it stays an ordinary jitted call"
 _REMEDIES: Final[Mapping[str, str]] = {
     "import-failed": _IMPORT_REMEDY,
@@ -272,9 +280,7 @@ def export_in_worker(request: StageRequest) -> list[Entry | StageFailure]:
                         function.qualname,
                         "export-failed",
                         f"{how} while importing or exporting {victim.module.path}",
-                        f"{_IMPORT_REMEDY}; or raise export-timeout"
-                        if ended is not None and ended.timed_out
-                        else _IMPORT_REMEDY,
+                        _HANG_REMEDY if ended is not None and ended.timed_out else _CRASH_REMEDY,
                         output[-OUTPUT_LIMIT:],
                     ),
                 )

@@ -105,10 +105,15 @@ def _runtime_annotations(fn: Any, function: Mapping[str, Any]) -> str | None:
         read = (param["dims"], param["dtype"])
         if live != read:
             return (
-                f"parameter {param['name']} is {live[1]}{live[0]} at run time but the source "
-                f"reads {read[1]}{read[0]}"
+                f"parameter {param['name']} is {_spec_text(*live)} at run time but the source "
+                f"reads {_spec_text(*read)}"
             )
     return None
+
+
+def _spec_text(dims: list[int | str] | None, dtype: str | None) -> str:
+    shape = "[" + ",".join(str(d) for d in dims) + "]" if dims is not None else " (no ppy.Shape)"
+    return f"{dtype or '(no ppy.DType)'}{shape}"
 
 
 def _dims(aval: Any) -> list[int | str]:
@@ -157,7 +162,11 @@ def _describe(error: BaseException, doing: str, root: str) -> str:
     prefix = os.path.join(os.path.abspath(root), "")
     user = [f for f in frames if os.path.abspath(f.filename).startswith(prefix)]
     last = (user or frames)[-1:]
-    where = f" at {last[0].filename}:{last[0].lineno}" if last else ""
+    where = ""
+    if last:
+        filename = os.path.abspath(last[0].filename)
+        shown = filename[len(prefix) :] if filename.startswith(prefix) else last[0].filename
+        where = f" at {shown}:{last[0].lineno}"
     lines = [ln.strip() for ln in str(error).strip().splitlines() if ln.strip()]
     text = " ".join(lines[:4])
     return f"{type(error).__name__}{where} while {doing}: {text}"

@@ -1,0 +1,167 @@
+"""The jax plugin's contract with core, without starting a worker: settings, rules,
+fingerprint, what importing it costs, and the worker's environment."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from importlib import metadata
+
+import pytest
+from ppy.discovery import discover_source
+from ppy.errors import ConfigError
+from ppy.plugin import Plugin
+from ppy.source import FunctionInfo
+from ppy_plugin_jax.plugin import JaxExportPlugin
+from ppy_plugin_jax.process import worker_environment
+
+SOURCE = """\
+import functools
+from typing import Annotated
+
+import jax
+import ppy
+
+X = Annotated[jax.Array, ppy.Shape("B"), ppy.DType("float32")]
+
+@jax.jit
+def plain(x: X, y: X):
+    return x + y
+
+@functools.partial(jax.jit, static_argnames=("n",))
+def static(x: X, n: int):
+    return x * n
+
+@functools.partial(jax.jit, donate_argnums=0)
+def donated(x: X):
+    return x * 2
+
+@jax.jit
+def variadic(x: X, *rest: X, scale: X, **extra: X):
+    return x
+
+class Model:
+    @jax.jit
+    def method(self, x: X):
+        return x
+
+def outer():
+    @jax.jit
+    def nested(x: X):
+        return x
+    return nested
+"""
+
+
+def _functions() -> dict[str, FunctionInfo]:
+    module = discover_source(SOURCE, module="model", path="model.ppy")
+    return {f.qualname.rpartition(".")[2]: f for f in module.functions}
+
+
+def _failed(name: str) -> dict[str, str]:
+    module = discover_source(SOURCE, module="model", path="model.ppy")
+    function = _functions()[name]
+    checks = JaxExportPlugin().check(function, module, {})
+    return {c.rule: c.detail for c in checks if not c.passed}
+
+
+def test_it_is_a_plugin_with_the_names_core_uses() -> None:
+    plugin = JaxExportPlugin()
+    assert isinstance(plugin, Plugin)
+    assert (plugin.name, plugin.kind, plugin.verb) == ("jax", "jax.export", "exported")
+    assert plugin.decorators == frozenset({"jax.jit"})
+    assert plugin.version == metadata.version("ppy-plugin-jax")
+    req = plugin.requirements
+    assert req.build_execution and req.array_specs and req.permission == "allow-build-export"
+    assert req.differentiation is not None and "no VJP" in req.differentiation
+
+
+def test_importing_the_plugin_does_not_import_jax() -> None:
+    code = "import sys, ppy_plugin_jax.plugin; print('jax' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "False"
+
+
+def test_settings_default_to_off_and_the_build_machines_backend() -> None:
+    settings = JaxExportPlugin().validate_settings({}, "pyproject.toml")
+    assert settings == {"allow-build-export": False, "platforms": None, "export-timeout": 120.0}
+    settings = JaxExportPlugin().validate_settings(
+        {"allow-build-export": True, "platforms": ["tpu", "cpu", "cpu"], "export-timeout": 3},
+        "pyproject.toml",
+    )
+    assert settings["platforms"] == ["cpu", "tpu"] and settings["export-timeout"] == 3.0
+
+
+@pytest.mark.parametrize(
+    ("table", "key", "words"),
+    [
+        ({"allow-build-export": "yes"}, "allow-build-export", "bool"),
+        ({"platforms": ["cpu", "metal"]}, "platforms", "metal"),
+        ({"platforms": []}, "platforms", "non-empty"),
+        ({"platforms": "cpu"}, "platforms", "array"),
+        ({"export-timeout": 0}, "export-timeout", "> 0"),
+        ({"export-timeout": "10"}, "export-timeout", "float"),
+        ({"timeout": 3}, "timeout", "unknown key"),
+    ],
+)
+def test_a_bad_setting_names_its_key(table: dict[str, object], key: str, words: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        JaxExportPlugin().validate_settings(table, "proj/pyproject.toml")
+    assert caught.value.key == f"tool.ppy.plugins.jax.{key}"
+    assert caught.value.path == "proj/pyproject.toml"
+    assert words in str(caught.value)
+
+
+def test_the_plugins_own_rules_say_what_cannot_be_exported() -> None:
+    assert _failed("plain") == {}
+    assert "static_argnames" in _failed("static")["static-args"]
+    assert "donate_argnums" in _failed("donated")["static-args"]
+    kinds = _failed("variadic")["parameter-kind"]
+    assert "rest (*args)" in kinds and "scale (keyword-only)" in kinds
+    assert "extra (**kwargs)" in kinds and "x (" not in kinds
+    assert "only module-level functions" in _failed("method")["scope"]
+    assert "only module-level functions" in _failed("nested")["scope"]
+
+
+def test_the_fingerprint_follows_versions_and_platforms() -> None:
+    plugin = JaxExportPlugin()
+    default = plugin.fingerprint({"platforms": None})
+    assert f"jax={metadata.version('jax')}" in default
+    assert f"jaxlib={metadata.version('jaxlib')}" in default
+    assert plugin.version in default
+    assert plugin.fingerprint({"platforms": ["cpu", "cuda"]}) != default
+    assert plugin.fingerprint({"platforms": None}) == default
+
+
+def test_the_worker_environment_keeps_only_what_jax_needs() -> None:
+    parent = {
+        "PATH": "/bin",
+        "HOME": "/home/u",
+        "LC_ALL": "C.UTF-8",
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        "CUDA_VISIBLE_DEVICES": "0",
+        "AWS_SECRET_ACCESS_KEY": "hunter2",
+        "GITHUB_TOKEN": "ghp_x",
+        "PYTHONPATH": "/somewhere",
+        "PYTHONSTARTUP": "/evil.py",
+    }
+    env = worker_environment(parent)
+    for kept in ("PATH", "HOME", "LC_ALL", "JAX_PLATFORMS", "XLA_FLAGS", "CUDA_VISIBLE_DEVICES"):
+        assert env[kept] == parent[kept]
+    for dropped in ("AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN", "PYTHONPATH", "PYTHONSTARTUP"):
+        assert dropped not in env
+
+
+def test_the_worker_refuses_a_request_of_another_protocol() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "ppy_plugin_jax.worker"],
+        input=textwrap.dedent('{"protocol": 999}'),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode != 0 and "protocol" in result.stderr
