@@ -226,7 +226,7 @@ def export_in_worker(request: StageRequest) -> list[Entry | StageFailure]:
             worker = _Worker(
                 {
                     "protocol": PROTOCOL_VERSION,
-                    "root": str(request.root),
+                    "root": str(Path(request.root).resolve()),
                     "platforms": request.settings.get("platforms"),
                     "capture": str(capture),
                     "modules": [_module_request(t) for t in pending],
