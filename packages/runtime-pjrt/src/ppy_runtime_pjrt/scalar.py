@@ -28,9 +28,9 @@ _MIN_NORMAL = 2.2250738585072014e-308
 
 
 def _log() -> Any:
-    import structlog
+    from ppy.log import get_logger
 
-    return structlog.get_logger("ppy")
+    return get_logger()
 
 
 class StagedScalar:

@@ -35,9 +35,9 @@ def compile_options() -> Any:
 
 
 def _log() -> Any:
-    import structlog
+    from ppy.log import get_logger
 
-    return structlog.get_logger("ppy")
+    return get_logger()
 
 
 class ScalarExecutable:
