@@ -412,7 +412,7 @@ class _Function:
                 again = check(self.vars["$idx"] if "$idx" in self.vars else b.true())
                 self.vars["$go"] = b.and_(b.and_(end, again), b.not_(self.vars["$err"]))
 
-        outer = {k: self.vars[k] for k in ("$brk", "$cont") if k in self.vars}
+        outer = {k: self.vars[k] for k in ("$brk", "$cont", "$idx", "$go") if k in self.vars}
         extra: set[str] = set()
         if counter is not None:
             self.vars["$idx"] = counter[1]
