@@ -32,7 +32,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-MODEL = '''
+MODEL = """
 import json
 import sys
 import time
@@ -90,7 +90,7 @@ def measure(functions=None) -> dict:
 
 if __name__ == "__main__":
     print(json.dumps(measure()))
-'''
+"""
 
 PYPROJECT = '[project]\nname = "bench-xla-scalar"\n'
 
@@ -133,8 +133,12 @@ def main() -> int:
         (root / "pyproject.toml").write_text(PYPROJECT)
         env = {**os.environ, "PPY_CACHE_DIR": str(root / "cache")}
         built = subprocess.run(
-            [sys.executable, "-m", "ppy", "build", "."], cwd=root, capture_output=True,
-            text=True, env=env, check=False,
+            [sys.executable, "-m", "ppy", "build", "."],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
         )
         print(built.stdout.rstrip())
         if built.returncode != 0:
@@ -143,8 +147,12 @@ def main() -> int:
         modes = {
             "python": [sys.executable, "model.ppy"],
             "staged": [sys.executable, "-m", "ppy", "run", "--no-build", "model.ppy"],
-            "numba": [sys.executable, str(Path(__file__).resolve()), "--numba-worker",
-                      str(root / "model.ppy")],
+            "numba": [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--numba-worker",
+                str(root / "model.ppy"),
+            ],
         }
         runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
         for _ in range(args.processes):

@@ -30,7 +30,8 @@ def bind_module(source: str) -> dict[str, StagedScalar]:
     names = {
         name
         for name, value in namespace.items()
-        if callable(value) and getattr(value, "__module__", None) is None
+        if callable(value)
+        and getattr(value, "__module__", None) is None
         and f"@xla.jit\ndef {name}(" in source
     }
     scope = read_scope(source, names)
@@ -82,7 +83,10 @@ def check(staged: StagedScalar, *args: Any) -> None:
         executable = staged._load()
         result, flag = executable.call(args)
         if not flag:
-            direct = ("value", {"float": float, "int": int, "bool": bool}[staged.result_type](result))
+            direct = (
+                "value",
+                {"float": float, "int": int, "bool": bool}[staged.result_type](result),
+            )
             assert same(direct, want), (
                 f"{staged.entry.qualname}{args}: module gave {direct} without its flag, "
                 f"python {want}"

@@ -15,8 +15,21 @@ SETTINGS = settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 
-MATH_ONE = ["sqrt", "sin", "cos", "tan", "log", "fabs", "cbrt", "isnan", "isinf", "isfinite",
-            "floor", "ceil", "trunc"]
+MATH_ONE = [
+    "sqrt",
+    "sin",
+    "cos",
+    "tan",
+    "log",
+    "fabs",
+    "cbrt",
+    "isnan",
+    "isinf",
+    "isfinite",
+    "floor",
+    "ceil",
+    "trunc",
+]
 MATH_TWO = ["atan2", "pow", "copysign", "fmod", "log"]
 
 
@@ -29,14 +42,43 @@ def _math_type(name: str) -> str:
 
 
 MATH_SOURCE = "\n".join(
-    ["import math", "from math import pi, sqrt as root", "from ppy import xla", "TWO_PI = 2 * pi", ""]
-    + [line for name in MATH_ONE for line in (
-        "@xla.jit", f"def m_{name}(x: float) -> {_math_type(name)}:", f"    return math.{name}(x)", "",
-        "@xla.jit", f"def mi_{name}(x: int) -> {_math_type(name)}:", f"    return math.{name}(x)", "")]
-    + [line for name in MATH_TWO for line in (
-        "@xla.jit", f"def m2_{name}(x: float, y: float) -> float:", f"    return math.{name}(x, y)", "")]
-    + ["@xla.jit", "def consts(x: float) -> float:",
-       "    return x * math.tau + TWO_PI - math.e + root(abs(x)) + math.inf * 0.0", ""]
+    [
+        "import math",
+        "from math import pi, sqrt as root",
+        "from ppy import xla",
+        "TWO_PI = 2 * pi",
+        "",
+    ]
+    + [
+        line
+        for name in MATH_ONE
+        for line in (
+            "@xla.jit",
+            f"def m_{name}(x: float) -> {_math_type(name)}:",
+            f"    return math.{name}(x)",
+            "",
+            "@xla.jit",
+            f"def mi_{name}(x: int) -> {_math_type(name)}:",
+            f"    return math.{name}(x)",
+            "",
+        )
+    ]
+    + [
+        line
+        for name in MATH_TWO
+        for line in (
+            "@xla.jit",
+            f"def m2_{name}(x: float, y: float) -> float:",
+            f"    return math.{name}(x, y)",
+            "",
+        )
+    ]
+    + [
+        "@xla.jit",
+        "def consts(x: float) -> float:",
+        "    return x * math.tau + TWO_PI - math.e + root(abs(x)) + math.inf * 0.0",
+        "",
+    ]
 )
 
 
@@ -96,7 +138,7 @@ def test_libm_functions_match_on_a_sweep(maths, name) -> None:
             check(staged, x)
 
 
-CONTROL = '''
+CONTROL = """
 from ppy import xla
 
 LIMIT = 50
@@ -225,7 +267,7 @@ def prev_value(n: int) -> int:
 def falls_off(x: int) -> int:
     if x > 0:
         return x
-'''
+"""
 
 
 @pytest.fixture(scope="module")

@@ -21,11 +21,53 @@ SETTINGS = settings(
     max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 
-FLOAT_EDGES = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 3.0, 1e-300, -1e-300, 5e-324,
-               2.2250738585072014e-308, 1.7976931348623157e308, -1.7976931348623157e308,
-               math.inf, -math.inf, math.nan, 9007199254740993.0, 2.0**63, -(2.0**63), 1e16]
-INT_EDGES = [0, 1, -1, 2, -2, 3, -3, 7, -7, I64_MIN, I64_MAX, I64_MIN + 1, I64_MAX - 1,
-             2**53, 2**53 + 1, -(2**53) - 1, 2**62, 2**63, -(2**63) - 1, 10**30, -(10**30)]
+FLOAT_EDGES = [
+    0.0,
+    -0.0,
+    1.0,
+    -1.0,
+    0.5,
+    -0.5,
+    2.0,
+    -2.0,
+    3.0,
+    1e-300,
+    -1e-300,
+    5e-324,
+    2.2250738585072014e-308,
+    1.7976931348623157e308,
+    -1.7976931348623157e308,
+    math.inf,
+    -math.inf,
+    math.nan,
+    9007199254740993.0,
+    2.0**63,
+    -(2.0**63),
+    1e16,
+]
+INT_EDGES = [
+    0,
+    1,
+    -1,
+    2,
+    -2,
+    3,
+    -3,
+    7,
+    -7,
+    I64_MIN,
+    I64_MAX,
+    I64_MIN + 1,
+    I64_MAX - 1,
+    2**53,
+    2**53 + 1,
+    -(2**53) - 1,
+    2**62,
+    2**63,
+    -(2**63) - 1,
+    10**30,
+    -(10**30),
+]
 
 floats = st.one_of(st.sampled_from(FLOAT_EDGES), st.floats(), st.floats(-1e6, 1e6))
 ints = st.one_of(
@@ -50,8 +92,21 @@ def _result_type(op: str, a: str, b: str) -> str:
 
 
 def _name(op: str) -> str:
-    names = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "%": "mod",
-             "**": "pow", "<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
+    names = {
+        "+": "add",
+        "-": "sub",
+        "*": "mul",
+        "/": "div",
+        "//": "floordiv",
+        "%": "mod",
+        "**": "pow",
+        "<": "lt",
+        "<=": "le",
+        ">": "gt",
+        ">=": "ge",
+        "==": "eq",
+        "!=": "ne",
+    }
     return names[op]
 
 
@@ -106,8 +161,13 @@ def test_ordinary_operands_stay_on_the_compiled_path(binary) -> None:
 
 
 UNARY = {
-    "neg": "-x", "pos": "+x", "not": "not x", "abs": "abs(x)", "float": "float(x)",
-    "int": "int(x)", "bool": "bool(x)",
+    "neg": "-x",
+    "pos": "+x",
+    "not": "not x",
+    "abs": "abs(x)",
+    "float": "float(x)",
+    "int": "int(x)",
+    "bool": "bool(x)",
 }
 
 
@@ -126,17 +186,41 @@ def unary() -> dict:
     lines = ["from ppy import xla", ""]
     for op, text in UNARY.items():
         for kind in TYPES:
-            lines += ["@xla.jit", f"def {op}_{kind}(x: {kind}) -> {_unary_type(op, kind)}:",
-                      f"    return {text}", ""]
+            lines += [
+                "@xla.jit",
+                f"def {op}_{kind}(x: {kind}) -> {_unary_type(op, kind)}:",
+                f"    return {text}",
+                "",
+            ]
     lines += [
-        "@xla.jit", "def min3(x: float, y: float, z: float) -> float:", "    return min(x, y, z)", "",
-        "@xla.jit", "def max3(x: float, y: float, z: float) -> float:", "    return max(x, y, z)", "",
-        "@xla.jit", "def imin(x: int, y: int) -> int:", "    return min(x, y)", "",
-        "@xla.jit", "def imax(x: int, y: int) -> int:", "    return max(y, x)", "",
-        "@xla.jit", "def bmax(x: bool, y: bool) -> bool:", "    return max(x, y)", "",
-        "@xla.jit", "def chain(x: float, y: int, z: float) -> bool:", "    return x < y <= z", "",
-        "@xla.jit", "def chain2(x: int, y: float, z: int) -> bool:",
-        "    return x == y != z > 0", "",
+        "@xla.jit",
+        "def min3(x: float, y: float, z: float) -> float:",
+        "    return min(x, y, z)",
+        "",
+        "@xla.jit",
+        "def max3(x: float, y: float, z: float) -> float:",
+        "    return max(x, y, z)",
+        "",
+        "@xla.jit",
+        "def imin(x: int, y: int) -> int:",
+        "    return min(x, y)",
+        "",
+        "@xla.jit",
+        "def imax(x: int, y: int) -> int:",
+        "    return max(y, x)",
+        "",
+        "@xla.jit",
+        "def bmax(x: bool, y: bool) -> bool:",
+        "    return max(x, y)",
+        "",
+        "@xla.jit",
+        "def chain(x: float, y: int, z: float) -> bool:",
+        "    return x < y <= z",
+        "",
+        "@xla.jit",
+        "def chain2(x: int, y: float, z: int) -> bool:",
+        "    return x == y != z > 0",
+        "",
     ]
     return bind_module("\n".join(lines))
 

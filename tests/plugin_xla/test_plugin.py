@@ -7,7 +7,6 @@ import sys
 import textwrap
 
 import pytest
-
 from ppy.discovery import discover_source
 from ppy.errors import ConfigError
 from ppy.plugin import Plugin, StageRequest, StageTarget
@@ -61,7 +60,8 @@ def test_unknown_setting_is_rejected_with_its_key() -> None:
     ],
 )
 def test_first_unsupported_construct_is_named_with_file_and_line(body, line, words) -> None:
-    source = f"import math\nfrom ppy import xla\nCOUNTER = 0\n@xla.jit\ndef f(x: float) -> float:\n{body}\nCOUNTER += 1\n"
+    head = "import math\nfrom ppy import xla\nCOUNTER = 0\n@xla.jit\ndef f(x: float) -> float:\n"
+    source = f"{head}{body}\nCOUNTER += 1\n"
     check = _failure(source)
     assert check.rule == "xla-unsupported"
     assert check.detail.startswith(f"m.ppy:{line}:"), check.detail
@@ -72,13 +72,25 @@ def test_first_unsupported_construct_is_named_with_file_and_line(body, line, wor
     "source,line,words",
     [
         ("@xla.jit\ndef f(x: float) -> int:\n    return x\n", 5, "returns float"),
-        ("@xla.jit\ndef f(x: int) -> int:\n    y = 1\n    y = 0.5\n    return y\n", 6, "changes type"),
-        ("@xla.jit\ndef f(x: int) -> float:\n    t: float = 0\n    return t\n", 5, "annotated float"),
+        (
+            "@xla.jit\ndef f(x: int) -> int:\n    y = 1\n    y = 0.5\n    return y\n",
+            6,
+            "changes type",
+        ),
+        (
+            "@xla.jit\ndef f(x: int) -> float:\n    t: float = 0\n    return t\n",
+            5,
+            "annotated float",
+        ),
         ("@xla.jit\ndef f(x: int) -> int:\n    return min(x, 1.0)\n", 5, "min() of float and int"),
         ("@xla.jit\ndef f(x: int) -> int:\n    return x and 1\n", 5, "'and' on a int"),
         ("@xla.jit\ndef f(x: list) -> int:\n    return 1\n", 4, "annotated list"),
-        ("@xla.jit\ndef g(x: float) -> float:\n    return x\n@xla.jit\ndef f(x: int) -> float:\n"
-         "    return g(x)\n", 8, "g() takes x: float but is given int"),
+        (
+            "@xla.jit\ndef g(x: float) -> float:\n    return x\n@xla.jit\ndef f(x: int) -> float:\n"
+            "    return g(x)\n",
+            8,
+            "g() takes x: float but is given int",
+        ),
     ],
 )
 def test_type_errors_are_decisions_with_file_and_line(source, line, words) -> None:
@@ -89,15 +101,23 @@ def test_type_errors_are_decisions_with_file_and_line(source, line, words) -> No
 
 
 def test_stage_writes_a_scalar_entry_with_stablehlo_text() -> None:
-    source = HEADER + "@xla.jit\ndef f(x: float, n: int, b: bool) -> float:\n    return x * n if b else x\n"
+    source = (
+        HEADER
+        + "@xla.jit\ndef f(x: float, n: int, b: bool) -> float:\n    return x * n if b else x\n"
+    )
     module = discover_source(source, module="m", path="m.ppy")
     plugin = XlaScalarPlugin()
-    request = StageRequest(root=__import__("pathlib").Path("."), settings={},
-                           targets=(StageTarget(module, module.functions),))
+    request = StageRequest(
+        root=__import__("pathlib").Path("."),
+        settings={},
+        targets=(StageTarget(module, module.functions),),
+    )
     (entry,) = plugin.stage(request)
     assert entry.kind == "xla.scalar" and entry.platforms == ("cpu",)
     assert [(s.name, s.dtype, s.dims) for s in entry.inputs] == [
-        ("x", "float64", ()), ("n", "int64", ()), ("b", "bool", ())
+        ("x", "float64", ()),
+        ("n", "int64", ()),
+        ("b", "bool", ()),
     ]
     assert [s.dtype for s in entry.outputs] == ["float64", "bool"]
     assert entry.metadata["result_type"] == "float"
@@ -130,5 +150,7 @@ def test_the_compiler_never_imports_jax() -> None:
         assert not loaded
         '''
     )
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=False
+    )
     assert done.returncode == 0, done.stdout + done.stderr

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from ppy.runtime import NotBound
 from ppy_runtime_pjrt.scalar import ScalarRuntime
+
 from tests.plugin_xla.harness import bind_module
 
 SOURCE = """
@@ -92,13 +92,19 @@ PROGRAM = textwrap.dedent(
 
 
 def test_staged_call_keeps_float64_without_changing_jax_config(tmp_path: Path) -> None:
-    env = {"PPY_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = {
+        "PPY_CACHE_DIR": str(tmp_path / "cache"),
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+    }
     import os
 
-    for attempt in range(2):  # the second process loads the executable from the cache
+    for _attempt in range(2):  # the second process loads the executable from the cache
         done = subprocess.run(
-            [sys.executable, "-c", PROGRAM], capture_output=True, text=True,
-            env={**os.environ, **env}, check=False,
+            [sys.executable, "-c", PROGRAM],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **env},
+            check=False,
         )
         assert done.returncode == 0, done.stdout + done.stderr
         assert "int32" in done.stdout and "float32" in done.stdout

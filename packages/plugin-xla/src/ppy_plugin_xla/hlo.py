@@ -81,8 +81,7 @@ class Builder:
         types = ", ".join(v.tensor for v in operands)
         attr = f" {{{attrs}}}" if attrs else ""
         self.emit(
-            f'{name} = "stablehlo.{opname}"({args}){attr} : ({types}) -> '
-            f"tensor<{ELEMENT[kind]}>"
+            f'{name} = "stablehlo.{opname}"({args}){attr} : ({types}) -> tensor<{ELEMENT[kind]}>'
         )
         return Value(name, kind)
 
@@ -163,7 +162,7 @@ class Builder:
         types = ", ".join(v.tensor for v in init)
         args = ", ".join(v.name for v in init)
         self.emit(f'{name}:{count} = "stablehlo.while"({args}) ({{')
-        for index, region in enumerate((cond, body)):
+        for index, _region in enumerate((cond, body)):
             params = [Value(self.fresh(), v.type) for v in init]
             header = ", ".join(f"{p.name}: {p.tensor}" for p in params)
             self.emit(f"^bb0({header}):")

@@ -39,33 +39,92 @@ MATH_CONSTANTS = {"pi": math.pi, "e": math.e, "tau": math.tau, "inf": math.inf, 
 #: bit for bit (see docs/plugin-xla.md for how that was checked).
 MATH_FUNCTIONS = frozenset(
     {
-        "sqrt", "sin", "cos", "tan", "log", "atan2", "pow", "fabs", "floor", "ceil", "trunc",
-        "copysign", "fmod", "isnan", "isinf", "isfinite", "cbrt",
+        "sqrt",
+        "sin",
+        "cos",
+        "tan",
+        "log",
+        "atan2",
+        "pow",
+        "fabs",
+        "floor",
+        "ceil",
+        "trunc",
+        "copysign",
+        "fmod",
+        "isnan",
+        "isinf",
+        "isfinite",
+        "cbrt",
     }
 )
 #: Functions of math that XLA's CPU backend does not compute to the last bit.
 MATH_INEXACT = frozenset(
-    {"exp", "exp2", "expm1", "log1p", "log2", "log10", "tanh", "sinh", "cosh", "atan", "asin",
-     "acos", "asinh", "acosh", "atanh", "hypot", "erf", "erfc", "gamma", "lgamma"}
+    {
+        "exp",
+        "exp2",
+        "expm1",
+        "log1p",
+        "log2",
+        "log10",
+        "tanh",
+        "sinh",
+        "cosh",
+        "atan",
+        "asin",
+        "acos",
+        "asinh",
+        "acosh",
+        "atanh",
+        "hypot",
+        "erf",
+        "erfc",
+        "gamma",
+        "lgamma",
+    }
 )
 
 _NODE_WORDS = {
-    ast.List: "a list", ast.Tuple: "a tuple", ast.Dict: "a dict", ast.Set: "a set",
-    ast.ListComp: "a list comprehension", ast.GeneratorExp: "a generator",
-    ast.DictComp: "a dict comprehension", ast.SetComp: "a set comprehension",
-    ast.Lambda: "a lambda", ast.JoinedStr: "an f-string", ast.Subscript: "subscripting",
-    ast.Starred: "a starred expression", ast.NamedExpr: "an assignment expression",
-    ast.Await: "await", ast.Yield: "yield", ast.YieldFrom: "yield from",
-    ast.FunctionDef: "a nested function", ast.ClassDef: "a class", ast.With: "a with block",
-    ast.Try: "a try block", ast.Raise: "raise", ast.Assert: "assert", ast.Delete: "del",
-    ast.Global: "a global statement", ast.Nonlocal: "a nonlocal statement",
-    ast.Import: "an import", ast.ImportFrom: "an import", ast.Match: "a match statement",
-    ast.AsyncFunctionDef: "an async function", ast.AsyncFor: "async for",
+    ast.List: "a list",
+    ast.Tuple: "a tuple",
+    ast.Dict: "a dict",
+    ast.Set: "a set",
+    ast.ListComp: "a list comprehension",
+    ast.GeneratorExp: "a generator",
+    ast.DictComp: "a dict comprehension",
+    ast.SetComp: "a set comprehension",
+    ast.Lambda: "a lambda",
+    ast.JoinedStr: "an f-string",
+    ast.Subscript: "subscripting",
+    ast.Starred: "a starred expression",
+    ast.NamedExpr: "an assignment expression",
+    ast.Await: "await",
+    ast.Yield: "yield",
+    ast.YieldFrom: "yield from",
+    ast.FunctionDef: "a nested function",
+    ast.ClassDef: "a class",
+    ast.With: "a with block",
+    ast.Try: "a try block",
+    ast.Raise: "raise",
+    ast.Assert: "assert",
+    ast.Delete: "del",
+    ast.Global: "a global statement",
+    ast.Nonlocal: "a nonlocal statement",
+    ast.Import: "an import",
+    ast.ImportFrom: "an import",
+    ast.Match: "a match statement",
+    ast.AsyncFunctionDef: "an async function",
+    ast.AsyncFor: "async for",
     ast.AsyncWith: "async with",
 }
 _BINOPS = {
-    ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
-    ast.Mod: "%", ast.Pow: "**",
+    ast.Add: "+",
+    ast.Sub: "-",
+    ast.Mult: "*",
+    ast.Div: "/",
+    ast.FloorDiv: "//",
+    ast.Mod: "%",
+    ast.Pow: "**",
 }
 _COMPARE = {ast.Lt: "LT", ast.LtE: "LE", ast.Gt: "GT", ast.GtE: "GE", ast.Eq: "EQ", ast.NotEq: "NE"}
 
@@ -377,7 +436,7 @@ class _Function:
         p = self.pred
         positive = stop = step = None
         if counter is not None:
-            target, start, stop, step = counter
+            _target, _start, stop, step = counter
             positive = self._positive(step)
             pure = True
         else:
@@ -412,7 +471,8 @@ class _Function:
                 again = check(self.vars["$idx"] if "$idx" in self.vars else b.true())
                 self.vars["$go"] = b.and_(b.and_(end, again), b.not_(self.vars["$err"]))
 
-        outer = {k: self.vars[k] for k in ("$brk", "$cont", "$idx", "$go") if k in self.vars}
+        saved_keys = ("$brk", "$cont", "$idx", "$go")
+        outer: dict[str, Value] = {k: self.vars[k] for k in saved_keys if k in self.vars}
         extra: set[str] = set()
         if counter is not None:
             self.vars["$idx"] = counter[1]
@@ -640,14 +700,24 @@ class _Function:
         if a.type != "float" and c.type != "float":
             x, y = num.as_int(a), num.as_int(c)
             integer = {
-                "+": num.iadd, "-": num.isub, "*": num.imul, "/": num.itruediv,
-                "//": num.ifloordiv, "%": num.imod, "**": num.ipow,
+                "+": num.iadd,
+                "-": num.isub,
+                "*": num.imul,
+                "/": num.itruediv,
+                "//": num.ifloordiv,
+                "%": num.imod,
+                "**": num.ipow,
             }
             return integer[symbol](x, y)
         x, y = num.as_float(a), num.as_float(c)
         floating = {
-            "+": num.fadd, "-": num.fsub, "*": num.fmul, "/": num.fdiv,
-            "//": num.ffloordiv, "%": num.fmod, "**": num.fpow,
+            "+": num.fadd,
+            "-": num.fsub,
+            "*": num.fmul,
+            "/": num.fdiv,
+            "//": num.ffloordiv,
+            "%": num.fmod,
+            "**": num.fpow,
         }
         return floating[symbol](x, y)
 
@@ -707,7 +777,7 @@ class _Function:
                 return self.inline(scope.functions[func.id], node)
             if func.id in scope.builtins:
                 return self.builtin(func.id, node)
-            if func.id in scope.math and scope.math[func.id]:
+            if scope.math.get(func.id):
                 return self.math(scope.math[func.id], node)
         if (
             isinstance(func, ast.Attribute)
@@ -822,15 +892,21 @@ class _Function:
         pi = num.f(math.pi)
         positive_x = num.cmp("EQ", num.copysign(one, x), one)
         r = b.binary("atan2", y, x)
-        general = b.not_(b.or_(b.or_(num.isnan(x), num.isnan(y)), b.or_(num.isinf(x), num.isinf(y))))
+        general = b.not_(
+            b.or_(b.or_(num.isnan(x), num.isnan(y)), b.or_(num.isinf(x), num.isinf(y)))
+        )
         general = b.and_(general, num.cmp("NE", y, zero))
         self.flag(b.and_(general, num.tiny(r)))
         at_zero = b.select(positive_x, num.copysign(zero, y), num.copysign(pi, y))
         r = b.select(b.or_(num.isinf(x), num.cmp("EQ", y, zero)), at_zero, r)
         corner = b.select(
-            positive_x, num.copysign(num.f(0.25 * math.pi), y), num.copysign(num.f(0.75 * math.pi), y)
+            positive_x,
+            num.copysign(num.f(0.25 * math.pi), y),
+            num.copysign(num.f(0.75 * math.pi), y),
         )
-        r = b.select(num.isinf(y), b.select(num.isinf(x), corner, num.copysign(num.f(0.5 * math.pi), y)), r)
+        r = b.select(
+            num.isinf(y), b.select(num.isinf(x), corner, num.copysign(num.f(0.5 * math.pi), y)), r
+        )
         return b.select(b.or_(num.isnan(x), num.isnan(y)), num.f(math.nan), r)
 
     def inline(self, callee: ast.FunctionDef, node: ast.Call) -> Value:
@@ -839,7 +915,9 @@ class _Function:
         params = _parameters(callee)
         args = [self.expr(a) for a in node.args]
         if len(args) != len(params):
-            raise _unsupported(node, f"{callee.name}() called with {len(args)} of {len(params)} arguments")
+            raise _unsupported(
+                node, f"{callee.name}() called with {len(args)} of {len(params)} arguments"
+            )
         bound: dict[str, Value] = {}
         for (pname, ptype), value in zip(params, args, strict=True):
             if value.type != ptype:

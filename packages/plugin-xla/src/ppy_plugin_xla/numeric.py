@@ -201,7 +201,9 @@ class Numeric:
         limit = 2**53
         for x in (a, c):
             if x.const is None:
-                self.flag(b.or_(self.cmp("GT", x, self.i(limit)), self.cmp("LT", x, self.i(-limit))))
+                self.flag(
+                    b.or_(self.cmp("GT", x, self.i(limit)), self.cmp("LT", x, self.i(-limit)))
+                )
         return b.binary("divide", self.as_float(a), self.as_float(c))
 
     def ipow(self, a: Value, e: Value) -> Value:

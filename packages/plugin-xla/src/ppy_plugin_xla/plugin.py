@@ -104,7 +104,9 @@ class XlaScalarPlugin:
         if isinstance(result, CompileError):
             line = result.lineno or function.lineno
             return [
-                Check(result.rule, False, f"{function.path}:{line}: {result.message}", result.remedy)
+                Check(
+                    result.rule, False, f"{function.path}:{line}: {result.message}", result.remedy
+                )
             ]
         return [
             Check(

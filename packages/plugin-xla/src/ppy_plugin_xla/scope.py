@@ -47,8 +47,9 @@ def _bound_names(statements: list[ast.stmt]) -> list[tuple[str, ast.stmt]]:
         for node in ast.walk(stmt):
             if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
                 found.append((node.id, stmt))
-            elif isinstance(node, ast.ExceptHandler) and node.name:
-                found.append((node.name, stmt))
+            elif isinstance(node, ast.ExceptHandler):
+                if node.name:
+                    found.append((node.name, stmt))
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 found.append((node.name, stmt))
     return found

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from ppy.entry import Entry
 from ppy.runtime import NotBound
@@ -67,9 +67,9 @@ class StagedScalar:
         for value, kind in zip(args, self.param_types, strict=True):
             if type(value) is not _TYPES[kind]:
                 return f"an argument of type {type(value).__name__} where {kind} was staged"
-            if kind == "int" and not _I64_MIN <= value <= _I64_MAX:
+            if kind == "int" and not _I64_MIN <= cast(int, value) <= _I64_MAX:
                 return "an int argument outside int64"
-            if kind == "float" and value != 0.0 and abs(value) < _MIN_NORMAL:
+            if kind == "float" and value != 0.0 and abs(cast(float, value)) < _MIN_NORMAL:
                 return "a subnormal float argument (XLA's CPU runtime flushes it to zero)"
         return None
 

@@ -46,7 +46,7 @@ class ScalarExecutable:
     def __init__(self, text: str, param_types: Sequence[str], *, name: str = "") -> None:
         import numpy as np
         from jax._src import core, sharding_impls, xla_bridge
-        from jax._src.lib import _jax
+        from jax._src.lib import _jax  # type: ignore[attr-defined]
 
         self._np = np
         self._put = _jax.batched_device_put
@@ -72,7 +72,9 @@ class ScalarExecutable:
                     log.warning("cache.unloadable", key=key, error=repr(error))
         start = time.perf_counter()
         exe = backend.compile_and_load(text, devices, compile_options())
-        log.debug("run.scalar_compiled", function=name, ms=round((time.perf_counter() - start) * 1e3, 1))
+        log.debug(
+            "run.scalar_compiled", function=name, ms=round((time.perf_counter() - start) * 1e3, 1)
+        )
         if cache is not None and key is not None:
             try:
                 cache.put(key, backend.serialize_executable(exe))
@@ -93,8 +95,11 @@ class ScalarExecutable:
             [((), _DTYPES[t]) for t in param_types],
             platform=self.device.platform,
             device_kind=str(self.device.device_kind),
-            versions=[("jaxlib", jaxlib.version.__version__), ("kind", "xla.scalar"),
-                      ("xla_flags", repr(XLA_FLAGS))],
+            versions=[
+                ("jaxlib", jaxlib.version.__version__),
+                ("kind", "xla.scalar"),
+                ("xla_flags", repr(XLA_FLAGS)),
+            ],
         )
         return key, ExecutableCache()
 
