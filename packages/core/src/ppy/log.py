@@ -21,13 +21,15 @@ __all__ = ["LogFormat", "configure", "get_logger", "verbose"]
 
 LogFormat = Literal["console", "json"]
 
-_settings: dict[str, Any] = {"level": logging.WARNING, "format": "console"}
+#: Until the CLI calls ``configure``, ppy is a library: every event goes to
+#: structlog as the host application configured it.
+_settings: dict[str, Any] = {"level": logging.NOTSET, "format": "console", "cli": False}
 _logger: Any = None
 
 
 def verbose() -> bool:
     """Whether ``-v`` was given: the runtime then logs every call's path."""
-    return bool(_settings["level"] <= logging.INFO)
+    return bool(_settings["cli"] and _settings["level"] <= logging.INFO)
 
 
 def level_for(verbosity: int) -> int:
@@ -40,7 +42,7 @@ def level_for(verbosity: int) -> int:
 def configure(verbosity: int = 0, fmt: LogFormat = "console") -> None:
     """Remember the level and format; structlog is set up at the first shown event."""
     global _logger
-    _settings.update(level=level_for(verbosity), format=fmt)
+    _settings.update(level=level_for(verbosity), format=fmt, cli=True)
     _logger = None
 
 
@@ -49,6 +51,9 @@ def _structlog() -> Any:
     if _logger is None:
         import structlog
 
+        if not _settings["cli"]:
+            _logger = structlog.get_logger("ppy")
+            return _logger
         renderer: Any
         processors: list[Any] = [structlog.processors.add_log_level]
         if _settings["format"] == "json":
