@@ -62,11 +62,12 @@ def module_name(path: Path, root: Path) -> str | None:
     ``pkg/helpers.ppy`` is ``pkg.helpers``; the program itself is named the
     same way (``model``), although it runs as ``__main__``. None outside root.
     """
+    from ppy.discovery import module_name as name_under_root
+
     try:
-        relative = path.resolve().relative_to(root.resolve())
+        return name_under_root(root.resolve(), path.resolve())
     except ValueError:
         return None
-    return ".".join(relative.with_suffix("").parts)
 
 
 def bind_source(source: bytes, filename: str, staged: frozenset[str]) -> CodeType:
