@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--build-python", required=True)
     args = parser.parse_args()
+    # Absolute, but not resolved: a venv's python is a symlink to the base one.
+    build_python = os.path.abspath(args.build_python)
     for name in ("ppy_plugin_jax", "ppy_plugin_xla"):
         if importlib.util.find_spec(name) is not None:
             print(f"FAIL: {name} is installed in the runtime-only venv")
@@ -37,7 +40,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         project = Path(tmp) / "project"
         shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns(".ppy", "__pycache__"))
-        built = run(args.build_python, "-m", "ppy", "build", cwd=project)
+        built = run(build_python, "-m", "ppy", "build", cwd=project)
         if built.returncode != 0 or "exported" not in built.stdout:
             print(built.stdout, built.stderr, sep="\n")
             print("FAIL: the build venv did not export the example")
