@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -185,7 +185,7 @@ def build(target: Path, *, plugins: Registry | None = None) -> BuildResult:
                         signature=entry.signature,
                     )
                     decisions[decision.module, decision.qualname] = settled
-                    entries[entry.key] = _with_decision(entry, settled)
+                    entries[entry.key] = replace(entry, decision=settled)
                 keys[module.name][plugin.name] = key
                 log.info(
                     "build.reuse", plugin=plugin.name, module=module.name, functions=len(allowed)
@@ -210,7 +210,7 @@ def build(target: Path, *, plugins: Registry | None = None) -> BuildResult:
                         f"{plugin.verb} for {platforms}",
                         signature=result.signature,
                     )
-                    entries[result.key] = _with_decision(result, settled)
+                    entries[result.key] = replace(result, decision=settled)
                 else:
                     failure = result or StageFailure(
                         t.module.name,
@@ -258,12 +258,6 @@ def build(target: Path, *, plugins: Registry | None = None) -> BuildResult:
         d for d in ordered if d.outcome is Outcome.STAYS and (d.module, d.qualname) in permitted
     )
     return BuildResult(project, artifact, ordered, failed)
-
-
-def _with_decision(entry: Entry, decision: Decision) -> Entry:
-    from dataclasses import replace
-
-    return replace(entry, decision=decision)
 
 
 def _event_fields(decision: Decision) -> dict[str, Any]:
