@@ -8,7 +8,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from ppy.discovery import discover_module, discover_source, find_sources, module_name
+from ppy.discovery import discover_module, discover_source
+from ppy.layout import find_sources, module_name
 from ppy.source import ArraySpec, FunctionInfo, ModuleInfo
 
 

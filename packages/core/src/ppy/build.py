@@ -18,9 +18,11 @@ from typing import Any
 from ppy.artifact import Artifact, ArtifactError, ModuleRecord, read_artifact, write_artifact
 from ppy.config import Config, load_config
 from ppy.decision import Decision, Outcome
-from ppy.discovery import discover_module, find_sources
+from ppy.discovery import discover_module
 from ppy.entry import Entry
 from ppy.errors import ConfigError
+from ppy.freshness import stale_sources
+from ppy.layout import find_sources
 from ppy.log import get_logger
 from ppy.plugin import KNOWN_DECORATORS, Plugin, StageFailure, StageRequest, StageTarget
 from ppy.policy import decide_module
@@ -279,26 +281,16 @@ def staleness(
 ) -> str | None:
     """Why the artifact no longer matches the project, or None when it does.
 
-    Cheap on purpose, since ``ppy run`` asks it at every start: it hashes the
-    sources and compares the config digest. Given ``plugins``, it also compares
-    each plugin's fingerprint (tool versions, platforms). ``ppy run`` does not:
-    loading every plugin costs start-up, and an entry the installed jax cannot
-    serve is refused by the runtime with its reason.
+    The sources and the configuration digest first (``ppy.freshness``); given
+    ``plugins``, also each plugin's fingerprint (tool versions, platforms).
+    ``ppy run`` does not pass them: loading every plugin costs start-up, and an
+    entry the installed jax cannot serve is refused by the runtime with its
+    reason.
     """
-    if artifact is None:
-        return "no artifact has been built"
-    if artifact.config_digest != config.digest:
-        return "the [tool.ppy] configuration changed"
-    sources = find_sources(config.root)
-    recorded = {m.path: m for m in artifact.modules}
-    current = {p.relative_to(config.root).as_posix(): p for p in sources}
-    if set(recorded) != set(current):
-        return "the set of .ppy modules changed"
-    for rel, path in current.items():
-        if hashlib.sha256(path.read_bytes()).hexdigest() != recorded[rel].sha256:
-            return f"{rel} changed since the build"
-    if plugins is None:
-        return None
+    reason = stale_sources(config, artifact)
+    if reason is not None or plugins is None:
+        return reason
+    assert artifact is not None
     named = {p.name: p for p in plugins.by_name.values()}
     settings = _validated_settings(config, plugins)
     for record in artifact.modules:

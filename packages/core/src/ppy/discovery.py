@@ -13,7 +13,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
-import os
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Final
 
 from ppy.annotations import check_dim, check_dtype
+from ppy.layout import module_name
 from ppy.source import (
     ArraySpec,
     Decorator,
@@ -32,31 +32,7 @@ from ppy.source import (
     Scope,
 )
 
-__all__ = [
-    "SKIPPED_DIRS",
-    "TRANSFORMS",
-    "discover_module",
-    "discover_source",
-    "find_sources",
-    "module_name",
-]
-
-#: Directories ``find_sources`` never enters (nor any whose name starts with ".").
-SKIPPED_DIRS: Final[frozenset[str]] = frozenset(
-    {
-        ".git",
-        ".hg",
-        ".venv",
-        "venv",
-        ".nox",
-        ".tox",
-        "__pycache__",
-        "node_modules",
-        "build",
-        "dist",
-        ".ppy",
-    }
-)
+__all__ = ["TRANSFORMS", "discover_module", "discover_source"]
 
 #: jax transforms that differentiate the function handed to them.
 TRANSFORMS: Final[frozenset[str]] = frozenset(
@@ -79,32 +55,6 @@ _SHAPE: Final = frozenset({"ppy.Shape", "ppy.annotations.Shape"})
 _DTYPE: Final = frozenset({"ppy.DType", "ppy.annotations.DType"})
 _TYPE_ALIAS: Final = frozenset({"typing.TypeAlias", "typing_extensions.TypeAlias"})
 _NOT_LITERAL: Final = "{marker} arguments must be literals so the build can read them"
-
-
-def _skipped(name: str) -> bool:
-    return name in SKIPPED_DIRS or name.startswith(".")
-
-
-def find_sources(root: Path) -> list[Path]:
-    """Every ``*.ppy`` file under ``root``, sorted by relative path."""
-    root = Path(root)
-    found: list[Path] = []
-    for directory, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not _skipped(d))
-        for name in filenames:
-            path = Path(directory, name)
-            if name.endswith(".ppy") and not name.startswith(".") and path.is_file():
-                found.append(path)
-    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
-
-
-def module_name(root: Path, path: Path) -> str:
-    """The import name of a source: ``pkg/helpers.ppy`` is ``pkg.helpers``."""
-    relative = Path(path).relative_to(root)
-    parts = [*relative.parent.parts, relative.name.removesuffix(".ppy")]
-    if parts[-1] == "__init__" and len(parts) > 1:
-        parts.pop()
-    return ".".join(parts)
 
 
 def discover_module(root: Path, path: Path) -> ModuleInfo:

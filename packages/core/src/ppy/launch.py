@@ -36,10 +36,10 @@ def launch(program: Path, argv: list[str], *, build: bool = True) -> int:
         except PpyError as error:
             log.warning("run.artifact_unreadable", path=str(config.artifact), error=str(error))
     if build:
-        from ppy.build import staleness
+        from ppy.freshness import stale_sources
 
         try:
-            stale = staleness(config, artifact)
+            stale = stale_sources(config, artifact)
             if stale is not None:
                 log.info("run.build", reason=stale)
                 artifact = _build(program, log)

@@ -62,7 +62,7 @@ def module_name(path: Path, root: Path) -> str | None:
     ``pkg/helpers.ppy`` is ``pkg.helpers``; the program itself is named the
     same way (``model``), although it runs as ``__main__``. None outside root.
     """
-    from ppy.discovery import module_name as name_under_root
+    from ppy.layout import module_name as name_under_root
 
     try:
         return name_under_root(root.resolve(), path.resolve())

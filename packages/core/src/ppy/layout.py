@@ -1,0 +1,58 @@
+"""Where a project's ``.ppy`` modules are, and the names they import under.
+
+The build and ``ppy run`` must agree on both: the build records each module
+by these names, and at run time an entry is bound only in the module of the
+same name. They live apart from ``ppy.discovery`` because ``ppy run`` needs
+them at every start and discovery's AST reader is a cost it should not pay.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Final
+
+__all__ = ["SKIPPED_DIRS", "find_sources", "module_name"]
+
+#: Directories ``find_sources`` never enters (nor any whose name starts with ".").
+SKIPPED_DIRS: Final[frozenset[str]] = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".venv",
+        "venv",
+        ".nox",
+        ".tox",
+        "__pycache__",
+        "node_modules",
+        "build",
+        "dist",
+        ".ppy",
+    }
+)
+
+
+def _skipped(name: str) -> bool:
+    return name in SKIPPED_DIRS or name.startswith(".")
+
+
+def find_sources(root: Path) -> list[Path]:
+    """Every ``*.ppy`` file under ``root``, sorted by relative path."""
+    root = Path(root)
+    found: list[Path] = []
+    for directory, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not _skipped(d))
+        for name in filenames:
+            path = Path(directory, name)
+            if name.endswith(".ppy") and not name.startswith(".") and path.is_file():
+                found.append(path)
+    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+
+
+def module_name(root: Path, path: Path) -> str:
+    """The import name of a source: ``pkg/helpers.ppy`` is ``pkg.helpers``."""
+    relative = Path(path).relative_to(root)
+    parts = [*relative.parent.parts, relative.name.removesuffix(".ppy")]
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts.pop()
+    return ".".join(parts)
