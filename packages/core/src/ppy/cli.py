@@ -215,7 +215,7 @@ def _plugins() -> int:
     from ppy.registry import load_plugins, load_runtimes
     from ppy.report import plugin_lines
 
-    for line in plugin_lines(load_plugins(), load_runtimes()):
+    for line in plugin_lines(load_plugins(describe=True), load_runtimes(describe=True)):
         print(line)
     return 0
 

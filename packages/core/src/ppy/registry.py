@@ -4,17 +4,21 @@
 the entry kind they run. Anything installed that registers there is used; one
 that fails to import or to instantiate is reported and skipped, so a broken
 third-party distribution never stops a build.
+
+``ppy run`` loads its runtimes at every start, so the entry points come from
+stevedore's cache and the distribution behind each one, which takes a scan of
+every installed distribution, is looked up only to describe it: for ``ppy
+plugins`` and in the warning about one that failed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ppy.plugin import Plugin
-from ppy.runtime import Runtime
+if TYPE_CHECKING:
+    from ppy.plugin import Plugin
 
 __all__ = [
     "PLUGIN_GROUP",
@@ -31,7 +35,11 @@ RUNTIME_GROUP = "ppy.runtimes"
 
 @dataclass(frozen=True)
 class Installed:
-    """One registered entry point, loaded or not."""
+    """One registered entry point, loaded or not.
+
+    ``distribution`` and ``version`` are None unless the registry was loaded
+    with ``describe=True`` or the entry point failed to load.
+    """
 
     group: str
     name: str
@@ -56,42 +64,59 @@ class Registry:
         return tuple(i for i in self.installed if not i.loaded)
 
 
-def _describe(entry_point: Any) -> tuple[str | None, str | None]:
-    dist = getattr(entry_point, "dist", None)
-    if dist is None:
-        return None, None
-    return dist.metadata["Name"], dist.version
+def _distributions(group: str) -> dict[tuple[str, str], tuple[str, str]]:
+    """(name, target) of each entry point in ``group`` -> (distribution, version)."""
+    from importlib.metadata import entry_points
+
+    found: dict[tuple[str, str], tuple[str, str]] = {}
+    for entry_point in entry_points(group=group):
+        dist = entry_point.dist
+        if dist is not None:
+            found.setdefault((entry_point.name, entry_point.value), (dist.name, dist.version))
+    return found
 
 
-def _load(group: str, check: type, names: Collection[str] | None = None) -> Registry:
-    from stevedore import NamedExtensionManager
+def _load(
+    group: str, check: type, names: Collection[str] | None = None, *, describe: bool = False
+) -> Registry:
+    from stevedore import ExtensionManager, NamedExtensionManager
 
     failed: dict[str, str] = {}
 
     def on_failure(_manager: Any, entry_point: Any, error: BaseException) -> None:
         failed[entry_point.name] = f"{type(error).__name__}: {error}"
 
-    wanted = {ep.name for ep in entry_points(group=group)} if names is None else set(names)
-    manager = NamedExtensionManager(
-        namespace=group,
-        names=sorted(wanted),
-        invoke_on_load=True,
-        on_load_failure_callback=on_failure,
+    options: dict[str, Any] = {
+        "namespace": group,
+        "invoke_on_load": True,
+        "on_load_failure_callback": on_failure,
+    }
+    manager = (
+        ExtensionManager(**options)
+        if names is None
+        else NamedExtensionManager(names=sorted(names), **options)
     )
     loaded = {ext.name: ext for ext in manager.extensions}
-    installed: list[Installed] = []
-    by_name: dict[str, Any] = {}
-    for entry_point in sorted(entry_points(group=group), key=lambda ep: ep.name):
-        if entry_point.name not in wanted:
-            continue
-        dist, version = _describe(entry_point)
+    listed = sorted(manager.list_entry_points(), key=lambda ep: ep.name)
+    if names is not None:
+        listed = [ep for ep in listed if ep.name in names]
+    errors: dict[str, str] = {}
+    for entry_point in listed:
         ext = loaded.get(entry_point.name)
         error = failed.get(entry_point.name)
         if ext is not None and error is None and not isinstance(ext.obj, check):
             error = f"{type(ext.obj).__name__} does not implement the {check.__name__} contract"
         if ext is None and error is None:
             error = "not loaded"
-        obj = ext.obj if ext is not None and error is None else None
+        if error is not None:
+            errors[entry_point.name] = error
+    dists = _distributions(group) if describe or errors else {}
+    installed: list[Installed] = []
+    by_name: dict[str, Any] = {}
+    for entry_point in listed:
+        dist, version = dists.get((entry_point.name, entry_point.value), (None, None))
+        error = errors.get(entry_point.name)
+        obj = loaded[entry_point.name].obj if error is None else None
         installed.append(
             Installed(group, entry_point.name, entry_point.value, dist, version, obj, error)
         )
@@ -112,18 +137,22 @@ def _load(group: str, check: type, names: Collection[str] | None = None) -> Regi
     return Registry(tuple(installed), by_name)
 
 
-def load_plugins() -> Registry:
+def load_plugins(*, describe: bool = False) -> Registry:
     """Build-time plugins by entry-point name; ``by_name`` values are ``Plugin``s."""
-    return _load(PLUGIN_GROUP, Plugin)
+    from ppy.plugin import Plugin
+
+    return _load(PLUGIN_GROUP, Plugin, describe=describe)
 
 
-def load_runtimes(kinds: Collection[str] | None = None) -> Registry:
+def load_runtimes(kinds: Collection[str] | None = None, *, describe: bool = False) -> Registry:
     """Runtimes by the entry kind they load; ``by_name`` values are ``Runtime``s.
 
     ``ppy run`` names the kinds its artifact holds, so a broken runtime for a
     kind it does not need is neither imported nor reported.
     """
-    return _load(RUNTIME_GROUP, Runtime, kinds)
+    from ppy.runtime import Runtime
+
+    return _load(RUNTIME_GROUP, Runtime, kinds, describe=describe)
 
 
 def by_decorator(plugins: Registry) -> dict[str, Plugin]:
