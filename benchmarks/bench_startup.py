@@ -8,16 +8,20 @@ same way in every mode and hide what staging saves). Every figure is the median 
 - first call: ``forward``'s first call as the program times it (trace and
   compile for the jitted function; load from the executable cache for the
   staged one);
-- whole run: wall time of ``python model.ppy`` against ``python -m ppy run
-  model.ppy`` (executable cache warm), and against ``python model.ppy`` with
-  jax's persistent compilation cache enabled and warm.
+- whole run: wall time of ``python model.ppy`` against ``ppy run model.ppy``
+  (executable cache warm), and against ``python model.ppy`` with jax's
+  persistent compilation cache enabled and warm.
 
-    python benchmarks/bench_startup.py [--processes 5]
+The three modes run in turn, one fresh process each per round, so that drift
+on a shared machine hits all of them alike.
+
+    python benchmarks/bench_startup.py [--processes 7]
 
 The artifact comes from ``python -m ppy build``; where no installed plugin
 stages ``forward`` (``--self-build``, or the build staged nothing), the
 benchmark exports it itself and writes the artifact with ``ppy.artifact``,
-then runs ``ppy run --no-build``.
+then runs ``ppy run --no-build``. ``ppy`` is the console script installed
+beside this Python, as a user runs it.
 
 Targets: first call <= 0.3x; whole run <= 0.6x python, and below python with
 a warm persistent cache.
@@ -144,13 +148,6 @@ def timed(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, fl
     return wall, float(found.group(1)), done.stdout
 
 
-def median_of(n: int, command: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
-    samples = [timed(command, cwd, env) for _ in range(n)]
-    outputs = {s[2] for s in samples}
-    assert len(outputs) == 1, outputs
-    return statistics.median(s[0] for s in samples), statistics.median(s[1] for s in samples)
-
-
 def artifact_entries(project: Path, env: dict[str, str]) -> int:
     probe = (
         "import sys; from pathlib import Path; from ppy.artifact import read_artifact; "
@@ -171,10 +168,12 @@ def artifact_entries(project: Path, env: dict[str, str]) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--processes", type=int, default=5)
+    parser.add_argument("--processes", type=int, default=7)
     parser.add_argument("--self-build", action="store_true")
     args = parser.parse_args()
     n = args.processes
+    ppy = Path(sys.executable).with_name("ppy")
+    ppy_command = [str(ppy)] if ppy.exists() else [sys.executable, "-m", "ppy"]
     with tempfile.TemporaryDirectory() as tmp:
         project = Path(tmp) / "project"
         project.mkdir()
@@ -182,11 +181,11 @@ def main() -> int:
         (project / "model.ppy").write_text(MODEL)
         env = {**os.environ, "PPY_CACHE_DIR": str(Path(tmp) / "ppy-cache")}
         env.pop("JAX_COMPILATION_CACHE_DIR", None)
-        run = [sys.executable, "-m", "ppy", "run", "model.ppy"]
+        run = [*ppy_command, "run", "model.ppy"]
         built_by = "ppy build"
         if not args.self_build:
             subprocess.run(
-                [sys.executable, "-m", "ppy", "build"],
+                [*ppy_command, "build"],
                 cwd=project,
                 env=env,
                 capture_output=True,
@@ -200,8 +199,7 @@ def main() -> int:
             subprocess.run(
                 [sys.executable, "-c", SELF_BUILD, str(project), str(artifact)], env=env, check=True
             )
-            run = [sys.executable, "-m", "ppy", "run", "--no-build", "model.ppy"]
-        timed(run, project, env)  # fills the executable cache
+            run = [*ppy_command, "run", "--no-build", "model.ppy"]
         persistent = {
             **env,
             "JAX_COMPILATION_CACHE_DIR": str(Path(tmp) / "jax-cache"),
@@ -209,28 +207,36 @@ def main() -> int:
             "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
         }
         python = [sys.executable, "model.ppy"]
+        modes = {"python": (python, env), "persistent": (python, persistent), "ppy": (run, env)}
+        timed(run, project, env)  # fills the executable cache
         timed(python, project, persistent)  # fills jax's persistent cache
-        plain_wall, plain_first = median_of(n, python, project, env)
-        warm_wall, warm_first = median_of(n, python, project, persistent)
-        ppy_wall, ppy_first = median_of(n, run, project, env)
+        samples: dict[str, list[tuple[float, float, str]]] = {name: [] for name in modes}
+        for _ in range(n):
+            for name, (command, environment) in modes.items():
+                samples[name].append(timed(command, project, environment))
         digest = hashlib.sha256(MODEL.encode()).hexdigest()[:12]
+    outputs = {s[2] for runs in samples.values() for s in runs}
+    if len(outputs) != 1:
+        raise SystemExit(f"the modes printed different things: {outputs}")
+    wall = {name: statistics.median(s[0] for s in runs) for name, runs in samples.items()}
+    first = {name: statistics.median(s[1] for s in runs) for name, runs in samples.items()}
     print(
         f"model: {LAYERS} dense layers of width {WIDTH} (model.ppy {digest}), artifact by "
-        f"{built_by}; medians of {n} fresh processes"
+        f"{built_by}; medians of {n} rounds of fresh processes, modes interleaved"
     )
     print(
-        f"first call   python {plain_first * 1e3:8.1f} ms   persistent cache "
-        f"{warm_first * 1e3:8.1f} ms   ppy run {ppy_first * 1e3:8.1f} ms"
+        f"first call   python {first['python'] * 1e3:8.1f} ms   persistent cache "
+        f"{first['persistent'] * 1e3:8.1f} ms   ppy run {first['ppy'] * 1e3:8.1f} ms"
     )
     print(
-        f"whole run    python {plain_wall:8.3f} s    persistent cache {warm_wall:8.3f} s    "
-        f"ppy run {ppy_wall:8.3f} s"
+        f"whole run    python {wall['python']:8.3f} s    persistent cache "
+        f"{wall['persistent']:8.3f} s    ppy run {wall['ppy']:8.3f} s"
     )
-    print(f"first call: staged / jitted {ppy_first / plain_first:.2f}x (target <= 0.30)")
-    print(f"whole run: ppy run / python {ppy_wall / plain_wall:.2f}x (target <= 0.60)")
+    print(f"first call: staged / jitted {first['ppy'] / first['python']:.2f}x (target <= 0.30)")
+    print(f"whole run: ppy run / python {wall['ppy'] / wall['python']:.2f}x (target <= 0.60)")
     print(
         f"whole run: ppy run / python with warm persistent cache "
-        f"{ppy_wall / warm_wall:.2f}x (target < 1.00)"
+        f"{wall['ppy'] / wall['persistent']:.2f}x (target < 1.00)"
     )
     return 0
 
