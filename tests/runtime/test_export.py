@@ -107,6 +107,8 @@ F32 = jnp.ones((3, 4), jnp.float32)
         (([[1.0, 2.0, 3.0, 4.0]],), {}, "list"),
         ((), {"x": F32}, "keywords"),
         ((F32, F32), {}, "count"),
+        ((object(),), {}, "type"),
+        ((jnp.full((3, 4), 2.0),), {}, "dtype"),
     ],
     ids=[
         "shape",
@@ -118,6 +120,8 @@ F32 = jnp.ones((3, 4), jnp.float32)
         "list",
         "keywords",
         "count",
+        "object",
+        "weakly-typed",
     ],
 )
 def test_what_does_not_match_goes_to_the_original(score_entry, args, kwargs, category) -> None:
@@ -137,6 +141,34 @@ def test_what_does_not_match_goes_to_the_original(score_entry, args, kwargs, cat
     assert len(fallbacks) == 1  # each distinct reason is logged once
     assert fallbacks[0]["category"] == category
     assert fallbacks[0]["module"] == "model" and fallbacks[0]["function"] == "score"
+
+
+def test_sizes_the_export_constrains_out_go_to_the_original() -> None:
+    (b,) = jax.export.symbolic_shape("B", constraints=["B >= 3"])
+    exported = jax.export.export(score)(jax.ShapeDtypeStruct((b, 4), jnp.float32))
+    entry = dataclasses.replace(
+        make_entry(score, BATCH), payload={"export": bytes(exported.serialize())}
+    )
+    bound = bind(entry, score)
+    small = jnp.ones((2, 4), jnp.float32)
+    with capture_logs() as events:
+        for _ in range(2):
+            np.testing.assert_array_equal(np.asarray(bound(small)), np.asarray(score(small)))
+    assert bound.ppy_stats.fallbacks == {"compile": 2}
+    (fallback,) = [e for e in events if e["event"] == "run.fallback"]
+    assert fallback["reason"].startswith("the export does not compile for these shapes")
+    big = jnp.ones((3, 4), jnp.float32)
+    np.testing.assert_array_equal(np.asarray(bound(big)), np.asarray(score(big)))
+    assert bound.ppy_stats.fallbacks == {"compile": 2}
+
+
+def test_an_export_written_by_another_jax_version_is_bound(score_entry) -> None:
+    older = dataclasses.replace(
+        score_entry, metadata={**score_entry.metadata, "jax_version": "0.4.35"}
+    )
+    bound = bind(older, score)
+    np.testing.assert_array_equal(np.asarray(bound(F32)), np.asarray(score(F32)))
+    assert bound.ppy_stats.fallbacks == {}
 
 
 def test_symbolic_dims_must_agree_across_arguments() -> None:

@@ -34,7 +34,13 @@ __all__ = ["Executables", "ShapeRefused", "fast_call"]
 
 
 class ShapeRefused(Exception):
-    """The export does not accept this signature (a constraint on its dims)."""
+    """The export could not be compiled for this signature.
+
+    Mostly a constraint on its symbolic dims that these sizes break
+    (``B >= 3``, ``B % 2 == 0``): a fresh export checks them while lowering,
+    one read back from bytes only when shape refinement runs in ``compile``.
+    Either way the call goes to the original, which says what it says.
+    """
 
 
 def fast_call(compiled: Any) -> Callable[..., Any]:
@@ -139,12 +145,10 @@ class Executables:
     def _compile(self, signature: Signature) -> Any:
         shapes = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in signature]
         try:
-            lowered = jax.jit(self.exported.call).lower(*shapes)
-        except ValueError as error:
-            # Shape refinement rejects sizes that break the export's
-            # constraints on its symbolic dims (``B >= 1``, ``B % 2 == 0``...).
-            raise ShapeRefused(str(error).splitlines()[0]) from error
-        return lowered.compile()
+            return jax.jit(self.exported.call).lower(*shapes).compile()
+        except Exception as error:
+            lines = str(error).splitlines() or [""]
+            raise ShapeRefused(f"{type(error).__name__}: {lines[0]}") from error
 
     def _store(self, key: str, compiled: Any) -> None:
         assert self.cache is not None

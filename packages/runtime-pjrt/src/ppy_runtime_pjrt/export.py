@@ -141,7 +141,7 @@ class StagedFunction:
         try:
             call, source = self.loader.load(signature)
         except ShapeRefused as error:
-            return Fallback("compile", f"the export does not accept these shapes: {error}")
+            return Fallback("compile", f"the export does not compile for these shapes: {error}")
         self.executables[signature] = call
         self.stats.executables[signature] = source
         return call
