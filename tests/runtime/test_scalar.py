@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from ppy.runtime import NotBound
 from ppy_runtime_pjrt.scalar import ScalarRuntime
+from structlog.testing import capture_logs
 
 from tests.plugin_xla.harness import bind_module
 
@@ -49,12 +50,16 @@ def test_results_are_python_scalars(staged) -> None:
 def test_other_argument_types_run_the_python_body(staged) -> None:
     fn = staged["square"]
     before = fn.fallbacks
-    assert fn(np.int64(5)) == 25 and type(fn(np.int64(5))) is np.int64
-    assert fn(2**40) == 2**80  # the result leaves int64: the flag sends it to Python
-    assert fn(10**30) == 10**60  # an argument beyond int64
-    assert fn(True) == 1
-    assert staged["step"](2, 3) == staged["step"].original(2, 3)  # int where float is staged
-    assert fn.fallbacks - before >= 5
+    with capture_logs() as events:
+        assert fn(np.int64(5)) == 25 and type(fn(np.int64(5))) is np.int64
+        assert fn(2**40) == 2**80  # the result leaves int64: the flag sends it to Python
+        assert fn(10**30) == 10**60  # an argument beyond int64
+        assert fn(True) == 1
+        assert fn(n=3) == 9
+        assert staged["step"](2, 3) == staged["step"].original(2, 3)  # int where float is staged
+    assert fn.fallbacks - before >= 6
+    categories = {e["category"] for e in events if e["event"] == "run.fallback"}
+    assert {"type", "flag", "range", "keywords"} <= categories
 
 
 def test_python_raises_its_own_errors(staged) -> None:

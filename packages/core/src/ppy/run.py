@@ -105,13 +105,10 @@ class Binder:
         artifact: Artifact | None,
         runtimes: Mapping[str, Runtime],
         root: Path,
-        *,
-        bind_stale: bool = False,
     ) -> None:
         self.artifact = artifact
         self.runtimes = runtimes
         self.root = root
-        self.bind_stale = bind_stale
 
     def entries(self, module: str | None, source: bytes) -> dict[str, Entry]:
         """The entries of ``module`` that may be bound, by qualname."""
@@ -123,11 +120,9 @@ class Binder:
         record = self.artifact.module(module)
         current = hashlib.sha256(source).hexdigest()
         if record is None or record.sha256 != current:
-            if not self.bind_stale:
-                for entry in found.values():
-                    self._unbound(entry, "source changed since the build")
-                return {}
-            _log().warning("run.bind_stale", module=module)
+            for entry in found.values():
+                self._unbound(entry, "source changed since the build")
+            return {}
         return found
 
     def binder(self, entries: Mapping[str, Entry]) -> Callable[[str, Any], Any]:
@@ -155,7 +150,7 @@ class Binder:
         return bind
 
     def _unbound(self, entry: Entry, reason: str) -> None:
-        _log().info("run.unbound", module=entry.module, function=entry.qualname, reason=reason)
+        _log().warning("run.unbound", module=entry.module, function=entry.qualname, reason=reason)
 
     def code(self, path: Path, module: str | None) -> tuple[CodeType, Callable[[str, Any], Any]]:
         source = path.read_bytes()
@@ -224,12 +219,11 @@ def run_program(
     artifact: Artifact | None,
     runtimes: Mapping[str, Runtime],
     root: Path,
-    bind_stale: bool = False,
 ) -> int:
     """Run ``program`` as ``__main__``; its exit code, as ``python`` would give it."""
     import ppy  # noqa: F401 - installs the .ppy hook the finder goes ahead of
 
-    binder = Binder(artifact, runtimes, root, bind_stale=bind_stale)
+    binder = Binder(artifact, runtimes, root)
     finder = _BindingFinder(binder)
     main = ModuleType("__main__")
     main.__dict__.update(

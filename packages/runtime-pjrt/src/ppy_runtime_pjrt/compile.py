@@ -26,7 +26,7 @@ from typing import Any
 
 import jax
 from jax.experimental import serialize_executable
-from ppy.cache import ExecutableCache, executable_key
+from ppy.cache import CACHE_ENV, ExecutableCache, executable_key
 
 from ppy_runtime_pjrt.guard import Signature
 
@@ -130,7 +130,7 @@ class Executables:
             from ppy.log import get_logger
 
             get_logger().warning(
-                "cache.corrupt",
+                "cache.unloadable",
                 key=key,
                 module=self.module,
                 function=self.qualname,
@@ -173,5 +173,5 @@ class Executables:
                 "cache.unwritable",
                 path=str(self.cache.directory),
                 error=str(error),
-                remedy=f"set {'PPY_CACHE_DIR'} to a writable directory",
+                remedy=f"set {CACHE_ENV} to a writable directory",
             )

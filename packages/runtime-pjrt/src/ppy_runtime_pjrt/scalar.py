@@ -49,7 +49,9 @@ class StagedScalar:
         self.staged_calls = 0
         functools.update_wrapper(self, original)
 
-    def _fallback(self, reason: str, *args: Any, **kwargs: Any) -> Any:
+    def _fallback(self, why: tuple[str, str], *args: Any, **kwargs: Any) -> Any:
+        """Call the original; ``why`` is (category, reason), logged once per reason."""
+        category, reason = why
         self.fallbacks += 1
         if reason not in self._reasons:
             self._reasons.add(reason)
@@ -57,20 +59,21 @@ class StagedScalar:
                 "run.fallback",
                 module=self.entry.module,
                 function=self.entry.qualname,
+                category=category,
                 reason=reason,
             )
         return self.original(*args, **kwargs)
 
-    def _guard(self, args: tuple[Any, ...]) -> str | None:
+    def _guard(self, args: tuple[Any, ...]) -> tuple[str, str] | None:
         if len(args) != len(self.param_types):
-            return f"called with {len(args)} arguments, staged for {len(self.param_types)}"
+            return "count", f"called with {len(args)} arguments, staged for {len(self.param_types)}"
         for value, kind in zip(args, self.param_types, strict=True):
             if type(value) is not _TYPES[kind]:
-                return f"an argument of type {type(value).__name__} where {kind} was staged"
+                return "type", f"an argument of type {type(value).__name__} where {kind} was staged"
             if kind == "int" and not _I64_MIN <= cast(int, value) <= _I64_MAX:
-                return "an int argument outside int64"
+                return "range", "an int argument outside int64"
             if kind == "float" and value != 0.0 and abs(cast(float, value)) < _MIN_NORMAL:
-                return "a subnormal float argument (XLA's CPU runtime flushes it to zero)"
+                return "range", "a subnormal float argument (XLA's CPU runtime flushes it to zero)"
         return None
 
     def _load(self) -> Any:
@@ -93,18 +96,21 @@ class StagedScalar:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs:
-            return self._fallback("keyword arguments", *args, **kwargs)
+            return self._fallback(("keywords", "keyword arguments"), *args, **kwargs)
         reason = self._guard(args)
         if reason is not None:
             return self._fallback(reason, *args)
         executable = self._load()
         if executable is None:
-            return self._fallback(self._broken or "not compiled", *args)
+            return self._fallback(("compile", self._broken or "not compiled"), *args)
         result, flag = executable.call(args)
         if flag:
             return self._fallback(
-                "the staged call raised its fallback flag (an error, an int beyond int64, "
-                "a subnormal or a result Python computes otherwise)",
+                (
+                    "flag",
+                    "the staged call raised its fallback flag (an error, an int beyond int64, "
+                    "a subnormal or a result Python computes otherwise)",
+                ),
                 *args,
             )
         self.staged_calls += 1

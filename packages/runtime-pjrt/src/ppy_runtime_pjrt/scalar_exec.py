@@ -18,6 +18,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ppy.cache import CACHE_ENV, ExecutableCache, executable_key
+
 __all__ = ["ScalarExecutable", "compile_options"]
 
 _DTYPES = {"float": "float64", "int": "int64", "bool": "bool"}
@@ -61,32 +63,37 @@ class ScalarExecutable:
         log = _log()
         devices = backend.devices()[:1]
         key, cache = self._cache_key(text, param_types)
-        if cache is not None and key is not None:
-            data = cache.get(key)
-            if data is not None:
-                try:
-                    exe = backend.deserialize_executable(data, devices, compile_options())
-                    log.debug("run.scalar_loaded", function=name, key=key)
-                    return exe
-                except Exception as error:  # a cache file from another build: compile again
-                    log.warning("cache.unloadable", key=key, error=repr(error))
+        data = cache.get(key)
+        if data is not None:
+            try:
+                exe = backend.deserialize_executable(data, devices, compile_options())
+                log.debug("run.scalar_loaded", function=name, key=key)
+                return exe
+            except Exception as error:  # a cache file from another build: compile again
+                log.warning(
+                    "cache.unloadable",
+                    key=key,
+                    function=name,
+                    error=f"{type(error).__name__}: {error}",
+                    remedy="it is compiled again",
+                )
         start = time.perf_counter()
         exe = backend.compile_and_load(text, devices, compile_options())
         log.debug(
             "run.scalar_compiled", function=name, ms=round((time.perf_counter() - start) * 1e3, 1)
         )
-        if cache is not None and key is not None:
-            try:
-                cache.put(key, backend.serialize_executable(exe))
-            except OSError as error:
-                log.warning("cache.unwritable", key=key, error=str(error))
+        try:
+            cache.put(key, backend.serialize_executable(exe))
+        except OSError as error:
+            log.warning(
+                "cache.unwritable",
+                path=str(cache.directory),
+                error=str(error),
+                remedy=f"set {CACHE_ENV} to a writable directory",
+            )
         return exe
 
-    def _cache_key(self, text: str, param_types: Sequence[str]) -> tuple[str | None, Any]:
-        try:
-            from ppy.cache import ExecutableCache, executable_key
-        except ImportError:
-            return None, None
+    def _cache_key(self, text: str, param_types: Sequence[str]) -> tuple[str, ExecutableCache]:
         import jaxlib
 
         digest = hashlib.sha256(text.encode()).hexdigest()
