@@ -1,0 +1,113 @@
+"""``ppy run`` as a user runs it: stale artifacts, ``--no-build``, ``-v`` and ``ppy cache``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import EXAMPLES
+
+Run = Callable[..., subprocess.CompletedProcess[str]]
+
+@pytest.fixture
+def example(tmp_path: Path) -> Path:
+    target = tmp_path / "25_jax_export"
+    shutil.copytree(
+        EXAMPLES / "25_jax_export", target, ignore=shutil.ignore_patterns(".ppy", "__pycache__")
+    )
+    return target
+
+
+def python(program: Path) -> str:
+    done = subprocess.run(
+        [sys.executable, program.name],
+        cwd=program.parent,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout
+
+
+def test_a_stale_artifact_is_rebuilt_and_no_build_runs_the_edited_source(
+    example: Path, ppy: Run
+) -> None:
+    assert ppy("build", cwd=example).returncode == 0
+    artifact = example / ".ppy" / "artifact.ppyz"
+    built = artifact.read_bytes()
+    program = example / "model.ppy"
+    old = "jnp.sum(jnp.tanh(normalize(x)), axis=-1)"
+    new = "jnp.sum(jnp.tanh(normalize(x)) ** 2, axis=-1)"
+    assert old in program.read_text()
+    program.write_text(program.read_text().replace(old, new))
+    expected = python(program)
+    assert expected != "cpu\n[0.0, 0.0, 0.0]\n"
+
+    kept = ppy("run", "--no-build", "model.ppy", cwd=example)
+    assert kept.returncode == 0, kept.stderr
+    assert kept.stdout == expected
+    assert "run.unbound" in kept.stderr and "source changed since the build" in kept.stderr
+    assert artifact.read_bytes() == built
+
+    rebuilt = ppy("-v", "run", "model.ppy", cwd=example)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert rebuilt.stdout == expected
+    assert "run.build" in rebuilt.stderr and "model.ppy changed since the build" in rebuilt.stderr
+    assert "run.bind" in rebuilt.stderr and "run.unbound" not in rebuilt.stderr
+    assert artifact.read_bytes() != built
+
+    again = ppy("run", "model.ppy", cwd=example)
+    assert (again.stdout, again.stderr) == (expected, "")
+
+
+PROGRAM = """\
+from typing import Annotated
+
+import jax
+import jax.numpy as jnp
+
+import ppy
+
+Batch = Annotated[jax.Array, ppy.Shape("B", 4), ppy.DType("float32")]
+
+
+@jax.jit
+def total(x: Batch) -> jax.Array:
+    return jnp.sum(x, axis=-1)
+
+
+if __name__ == "__main__":
+    x = jnp.ones((2, 4), jnp.float32)
+    print(total(x).tolist(), total(x * 2).tolist())
+    print(total(jnp.ones((2, 4), jnp.int32)).tolist())
+"""
+
+
+def test_verbose_logs_every_calls_path_and_ppy_cache_shows_and_clears(
+    make_project: Callable[..., Path], ppy: Run
+) -> None:
+    root = make_project({"prog.ppy": PROGRAM})
+    ran = ppy("-v", "--log-format", "json", "run", "prog.ppy", cwd=root)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == python(root / "prog.ppy")
+    events = [json.loads(line) for line in ran.stderr.splitlines()]
+    paths = [e["path"] for e in events if e["event"] == "run.call"]
+    assert paths == ["staged", "staged", "original"]
+    (fallback,) = [e for e in events if e["event"] == "run.fallback"]
+    assert (fallback["function"], fallback["category"]) == ("total", "dtype")
+
+    shown = ppy("cache")
+    assert shown.returncode == 0 and "1 executable," in shown.stdout
+    cleared = ppy("cache", "clear")
+    assert cleared.returncode == 0 and cleared.stdout.startswith("removed 1 cached executables")
+    assert "0 executables" in ppy("cache").stdout
+
+    again = ppy("-v", "--log-format", "json", "run", "prog.ppy", cwd=root)
+    assert again.stdout == ran.stdout
+    assert "1 executable," in ppy("cache").stdout
