@@ -111,3 +111,26 @@ def test_verbose_logs_every_calls_path_and_ppy_cache_shows_and_clears(
     again = ppy("-v", "--log-format", "json", "run", "prog.ppy", cwd=root)
     assert again.stdout == ran.stdout
     assert "1 executable," in ppy("cache").stdout
+
+
+def test_a_plugins_tools_changing_makes_run_build_again(
+    example: Path, ppy: Run, tmp_path: Path
+) -> None:
+    assert ppy("build", cwd=example).returncode == 0
+    # A jax backend plugin appearing changes what the jax plugin exports for.
+    site = tmp_path / "site"
+    metadata = site / "jax_cuda12_plugin-9.9.dist-info"
+    metadata.mkdir(parents=True)
+    (metadata / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: jax-cuda12-plugin\nVersion: 9.9\n"
+    )
+    expected = python(example / "model.ppy")
+
+    rebuilt = ppy("-v", "run", "model.ppy", cwd=example, PYTHONPATH=str(site))
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert rebuilt.stdout == expected
+    assert "plugin 'jax' or its tools changed since the build" in rebuilt.stderr
+
+    again = ppy("-v", "run", "model.ppy", cwd=example, PYTHONPATH=str(site))
+    assert again.stdout == expected
+    assert "run.build" not in again.stderr and "run.bind" in again.stderr

@@ -8,7 +8,6 @@ unchanged since the last build keeps its entries and no plugin work starts.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from importlib import metadata
@@ -21,7 +20,7 @@ from ppy.decision import Decision, Outcome
 from ppy.discovery import discover_module
 from ppy.entry import Entry
 from ppy.errors import ConfigError
-from ppy.freshness import stale_sources
+from ppy.freshness import stage_key
 from ppy.layout import find_sources
 from ppy.log import get_logger
 from ppy.plugin import KNOWN_DECORATORS, Plugin, StageFailure, StageRequest, StageTarget
@@ -29,7 +28,7 @@ from ppy.policy import decide_module
 from ppy.registry import Registry, by_decorator, load_plugins
 from ppy.source import ModuleInfo
 
-__all__ = ["BuildResult", "Project", "build", "load_project", "stage_key", "staleness"]
+__all__ = ["BuildResult", "Project", "build", "load_project"]
 
 
 @dataclass(frozen=True)
@@ -87,20 +86,6 @@ def load_project(target: Path, plugins: Registry | None = None) -> Project:
         for decision in decide_module(module, config, table, settings)
     )
     return Project(config, tuple(modules), plugins, settings, decisions)
-
-
-def stage_key(
-    module: ModuleInfo, config: Config, plugin: Plugin, settings: Mapping[str, Any]
-) -> str:
-    """What a module's staged entries depend on; equal keys mean reuse."""
-    parts = (
-        plugin.name,
-        plugin.version,
-        plugin.fingerprint(settings),
-        config.digest,
-        module.sha256,
-    )
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
 def _previous(config: Config) -> Artifact | None:
@@ -174,7 +159,7 @@ def build(target: Path, *, plugins: Registry | None = None) -> BuildResult:
             ]
             if not allowed:
                 continue
-            key = stage_key(module, config, plugin, settings)
+            key = stage_key(module.sha256, config, plugin, settings)
             old_record = previous.module(module.name) if previous else None
             old = [previous.entry(d.module, d.qualname) for d in allowed] if previous else []
             if old_record and old_record.stage_keys.get(plugin.name) == key and all(old):
@@ -274,29 +259,3 @@ def _event_fields(decision: Decision) -> dict[str, Any]:
         "remedy": decision.remedy,
         "location": decision.location,
     }
-
-
-def staleness(
-    config: Config, artifact: Artifact | None, plugins: Registry | None = None
-) -> str | None:
-    """Why the artifact no longer matches the project, or None when it does.
-
-    The sources and the configuration digest first (``ppy.freshness``); given
-    ``plugins``, also each plugin's fingerprint (tool versions, platforms).
-    ``ppy run`` does not pass them: loading every plugin costs start-up, and an
-    entry the installed jax cannot serve is refused by the runtime with its
-    reason.
-    """
-    reason = stale_sources(config, artifact)
-    if reason is not None or plugins is None:
-        return reason
-    assert artifact is not None
-    named = {p.name: p for p in plugins.by_name.values()}
-    settings = _validated_settings(config, plugins)
-    for record in artifact.modules:
-        for name, key in record.stage_keys.items():
-            plugin = named.get(name)
-            module = ModuleInfo(record.name, record.path, "", record.sha256)
-            if plugin is not None and stage_key(module, config, plugin, settings[name]) != key:
-                return f"plugin {name!r} or its tools changed since the build"
-    return None

@@ -1,23 +1,44 @@
-"""Whether an artifact still describes its project's sources and configuration.
+"""Whether an artifact still describes its project: sources, configuration, tools.
 
-``ppy run`` asks this at every start, before it decides to build, so it reads
-only what it must: the ``[tool.ppy]`` digest and the bytes of each ``.ppy``
-module. It does not load plugins; ``ppy.build.staleness`` adds their
-fingerprints for ``ppy build``.
+``ppy build`` reuses a module's entries, and ``ppy run`` skips the build,
+by the same rule: the ``[tool.ppy]`` digest and every module's bytes are as
+recorded, and each plugin that staged a module computes the same stage key,
+which covers its own version and the tool versions it fingerprints (for
+jax: jax, jaxlib and the backend plugins). A plugin recorded in the artifact
+but not installed here (a runtime-only deployment) is not asked.
+
+``ppy run`` asks this at every start, so the cheap part comes first and the
+plugins are loaded only when the sources and configuration are current.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from ppy.layout import find_sources
 
 if TYPE_CHECKING:
     from ppy.artifact import Artifact
     from ppy.config import Config
+    from ppy.plugin import Plugin
 
-__all__ = ["stale_sources"]
+__all__ = ["plugin_names", "stage_key", "staleness", "stale_sources", "stale_tools"]
+
+
+def stage_key(
+    module_sha256: str, config: Config, plugin: Plugin, settings: Mapping[str, Any]
+) -> str:
+    """What a module's staged entries depend on; equal keys mean reuse."""
+    parts = (
+        plugin.name,
+        plugin.version,
+        plugin.fingerprint(settings),
+        config.digest,
+        module_sha256,
+    )
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
 def stale_sources(config: Config, artifact: Artifact | None) -> str | None:
@@ -34,3 +55,46 @@ def stale_sources(config: Config, artifact: Artifact | None) -> str | None:
         if hashlib.sha256(path.read_bytes()).hexdigest() != recorded[rel].sha256:
             return f"{rel} changed since the build"
     return None
+
+
+def stale_tools(config: Config, artifact: Artifact, plugins: Mapping[str, Plugin]) -> str | None:
+    """Which installed plugin would stage a module differently now, or None.
+
+    ``plugins`` are the installed plugins by name; settings are validated
+    here, so a bad ``[tool.ppy.plugins.NAME]`` table raises ``ConfigError``.
+    """
+    settings: dict[str, Mapping[str, Any]] = {}
+    for record in artifact.modules:
+        for name, key in sorted(record.stage_keys.items()):
+            plugin = plugins.get(name)
+            if plugin is None:
+                continue
+            if name not in settings:
+                table = config.plugins.get(name, {})
+                settings[name] = plugin.validate_settings(table, str(config.config_path))
+            if stage_key(record.sha256, config, plugin, settings[name]) != key:
+                return f"plugin {name!r} or its tools changed since the build"
+    return None
+
+
+def plugin_names(artifact: Artifact) -> frozenset[str]:
+    """The plugins whose stage keys the artifact records."""
+    return frozenset(name for record in artifact.modules for name in record.stage_keys)
+
+
+def staleness(
+    config: Config,
+    artifact: Artifact | None,
+    plugins: Callable[[frozenset[str]], Mapping[str, Plugin]],
+) -> str | None:
+    """Why the artifact no longer describes the project, or None when it does.
+
+    ``plugins`` gives the installed plugins by name among those asked for; it
+    is called only when the sources and configuration are current and the
+    artifact records a plugin, so a run that will build anyway loads none.
+    """
+    reason = stale_sources(config, artifact)
+    if reason is not None or artifact is None:
+        return reason
+    names = plugin_names(artifact)
+    return stale_tools(config, artifact, plugins(names)) if names else None

@@ -14,6 +14,7 @@ from ppy.errors import ConfigError, PpyError, UsageError
 
 if TYPE_CHECKING:
     from ppy.artifact import Artifact
+    from ppy.plugin import Plugin
 
 __all__ = ["launch"]
 
@@ -36,10 +37,10 @@ def launch(program: Path, argv: list[str], *, build: bool = True) -> int:
         except PpyError as error:
             log.warning("run.artifact_unreadable", path=str(config.artifact), error=str(error))
     if build:
-        from ppy.freshness import stale_sources
+        from ppy.freshness import staleness
 
         try:
-            stale = stale_sources(config, artifact)
+            stale = staleness(config, artifact, _installed_plugins)
             if stale is not None:
                 log.info("run.build", reason=stale)
                 artifact = _build(program, log)
@@ -53,6 +54,13 @@ def launch(program: Path, argv: list[str], *, build: bool = True) -> int:
         program.resolve(), argv, artifact=artifact, runtimes=runtimes, root=config.root
     )
     return code
+
+
+def _installed_plugins(names: frozenset[str]) -> dict[str, Plugin]:
+    """The named plugins that are installed and load, by name."""
+    from ppy.registry import load_plugins
+
+    return {p.name: p for p in load_plugins(names).by_name.values()}
 
 
 def _build(program: Path, log: Any) -> Artifact:

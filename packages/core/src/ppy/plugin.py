@@ -13,11 +13,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ppy.decision import Check
-from ppy.entry import Entry
-from ppy.source import FunctionInfo, ModuleInfo
+if TYPE_CHECKING:
+    # Annotations only: ``ppy run`` imports this module to check plugin
+    # fingerprints at every start, and the source records are not needed.
+    from ppy.decision import Check
+    from ppy.entry import Entry
+    from ppy.source import FunctionInfo, ModuleInfo
 
 __all__ = [
     "KNOWN_DECORATORS",
@@ -81,7 +84,8 @@ class StageFailure:
 
 @runtime_checkable
 class Plugin(Protocol):
-    #: The config table, ``[tool.ppy.plugins.<name>]``.
+    #: The config table, ``[tool.ppy.plugins.<name>]``, and the entry-point name
+    #: it is registered under in ``ppy.plugins``.
     name: str
     #: The entry kind it writes; a runtime registered for that kind loads it.
     kind: str

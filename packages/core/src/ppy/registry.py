@@ -137,11 +137,15 @@ def _load(
     return Registry(tuple(installed), by_name)
 
 
-def load_plugins(*, describe: bool = False) -> Registry:
-    """Build-time plugins by entry-point name; ``by_name`` values are ``Plugin``s."""
+def load_plugins(names: Collection[str] | None = None, *, describe: bool = False) -> Registry:
+    """Build-time plugins by entry-point name; ``by_name`` values are ``Plugin``s.
+
+    ``ppy run`` names the plugins its artifact records, to check their
+    fingerprints; a plugin's entry-point name is its ``name``.
+    """
     from ppy.plugin import Plugin
 
-    return _load(PLUGIN_GROUP, Plugin, describe=describe)
+    return _load(PLUGIN_GROUP, Plugin, names, describe=describe)
 
 
 def load_runtimes(kinds: Collection[str] | None = None, *, describe: bool = False) -> Registry:

@@ -54,7 +54,8 @@ def explain(name: str, target: Path) -> str:
     """The decision trail for ``name``: the built one when the artifact is current,
     else what the policy decides now (before any staging)."""
     from ppy.artifact import ArtifactError, read_artifact
-    from ppy.build import load_project, staleness
+    from ppy.build import load_project
+    from ppy.freshness import staleness
 
     project = load_project(target)
     decisions: Sequence[Decision] = project.decisions
@@ -65,7 +66,8 @@ def explain(name: str, target: Path) -> str:
             artifact = read_artifact(config.artifact)
         except ArtifactError:
             artifact = None
-        stale = staleness(config, artifact, project.plugins)
+        installed = {p.name: p for p in project.plugins.by_name.values()}
+        stale = staleness(config, artifact, lambda _names: installed)
         if artifact is not None and stale is None:
             decisions, note = artifact.decisions, f"from the artifact {config.artifact}"
         elif stale:

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ppy.config import Setting, validate_table
 from ppy.decision import Check
-from ppy.entry import Entry
-from ppy.plugin import Requirements, StageFailure, StageRequest
-from ppy.source import FunctionInfo, ModuleInfo
+from ppy.plugin import Requirements
+
+if TYPE_CHECKING:
+    from ppy.entry import Entry
+    from ppy.plugin import StageFailure, StageRequest
+    from ppy.source import FunctionInfo, ModuleInfo
 
 __all__ = ["PLATFORMS", "SETTINGS", "JaxExportPlugin"]
 
