@@ -187,6 +187,10 @@ class _BindingFinder(importlib.abc.MetaPathFinder):
         self.modules = (
             {e.module for e in binder.artifact.entries} if binder.artifact is not None else set()
         )
+        #: The file stems those modules can be found under. Every import that
+        #: the ordinary finders miss (jax tries dozens of optional ones) comes
+        #: here; only these names are worth a look on disk.
+        self.stems = {name.rpartition(".")[2] for name in self.modules}
 
     def find_spec(
         self,
@@ -194,6 +198,8 @@ class _BindingFinder(importlib.abc.MetaPathFinder):
         path: Sequence[str] | None,
         target: ModuleType | None = None,
     ) -> importlib.machinery.ModuleSpec | None:
+        if fullname.rpartition(".")[2] not in self.stems:
+            return None
         source = find_ppy_source(fullname, path)
         if source is None:
             return None
