@@ -94,7 +94,10 @@ def _load(
     manager = (
         ExtensionManager(**options)
         if names is None
-        else NamedExtensionManager(names=sorted(names), **options)
+        # A name with nothing installed under it is ours to report (run.unbound).
+        else NamedExtensionManager(
+            names=sorted(names), on_missing_entrypoints_callback=None, **options
+        )
     )
     loaded = {ext.name: ext for ext in manager.extensions}
     listed = sorted(manager.list_entry_points(), key=lambda ep: ep.name)
