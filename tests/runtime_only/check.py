@@ -3,8 +3,9 @@
 The venv running this script holds only ppy-core and ppy-runtime-pjrt. The
 artifact is built by ``--build-python``, a venv with every package. Here,
 ``ppy run --no-build`` must print what ``python model.ppy`` prints, with the
-staged functions bound, and ``ppy build`` must say that no jax export plugin is
-installed.
+staged functions bound; after an edit, ``ppy run`` must warn that the artifact
+is stale, run the edited program and keep the artifact; and ``ppy build`` must
+say that no jax export plugin is installed.
 """
 
 from __future__ import annotations
@@ -65,12 +66,24 @@ def main() -> int:
             print(staged.stderr)
             print("FAIL: ppy run did not bind the staged functions")
             return 1
+        artifact = project / ".ppy" / "artifact.ppyz"
+        shipped = artifact.read_bytes()
+        program = project / "model.ppy"
+        program.write_text(program.read_text() + "\n# edited on the server\n")
+        edited = run(sys.executable, "-m", "ppy", "run", "model.ppy", cwd=project)
+        if edited.stdout != expected.stdout or "run.stale" not in edited.stderr:
+            print(edited.stdout, edited.stderr, sep="\n")
+            print("FAIL: ppy run on an edited source did not warn and run it as python does")
+            return 1
+        if artifact.read_bytes() != shipped:
+            print("FAIL: ppy run replaced the artifact with no plugin installed to build one")
+            return 1
         rebuilt = run(sys.executable, "-m", "ppy", "build", cwd=project)
         if "no jax export plugin is installed" not in rebuilt.stdout:
             print(rebuilt.stdout, rebuilt.stderr, sep="\n")
             print("FAIL: ppy build did not say that no jax export plugin is installed")
             return 1
-    print("runtime-only: 3 passed, 0 failed")
+    print("runtime-only: 4 passed, 0 failed")
     return 0
 
 

@@ -42,8 +42,7 @@ def launch(program: Path, argv: list[str], *, build: bool = True) -> int:
         try:
             stale = staleness(config, artifact, _installed_plugins)
             if stale is not None:
-                log.info("run.build", reason=stale)
-                artifact = _build(program, log)
+                artifact = _build(program, stale, artifact, log)
         except ConfigError:
             raise
         except PpyError as error:
@@ -63,10 +62,26 @@ def _installed_plugins(names: frozenset[str]) -> dict[str, Plugin]:
     return {p.name: p for p in load_plugins(names).by_name.values()}
 
 
-def _build(program: Path, log: Any) -> Artifact:
-    from ppy.build import build
+def _build(program: Path, stale: str, artifact: Artifact | None, log: Any) -> Artifact | None:
+    """The rebuilt artifact; or, where no plugin is installed, the one there was.
 
-    result = build(program)
+    A runtime-only install cannot stage anything, so a build there would only
+    replace an artifact made elsewhere by one with no entries.
+    """
+    from ppy.build import build
+    from ppy.registry import load_plugins
+
+    plugins = load_plugins()
+    if not plugins.by_name:
+        log.warning(
+            "run.stale",
+            reason=stale,
+            remedy="no ppy plugin is installed here to rebuild it; run `ppy build` where "
+            "they are, or install them",
+        )
+        return artifact
+    log.info("run.build", reason=stale)
+    result = build(program, plugins=plugins)
     for decision in result.failed:
         log.warning(
             "run.build_failed",
