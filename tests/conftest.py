@@ -7,6 +7,7 @@ in a subprocess, the way a user runs it, then read the real artifact.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -77,3 +78,13 @@ def ppy(cache_dir: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
         )
 
     return run
+
+
+@pytest.fixture
+def example(tmp_path: Path) -> Path:
+    """A copy of the page's example project, without any build output."""
+    target = tmp_path / "25_jax_export"
+    shutil.copytree(
+        EXAMPLES / "25_jax_export", target, ignore=shutil.ignore_patterns(".ppy", "__pycache__")
+    )
+    return target

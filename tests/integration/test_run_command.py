@@ -3,25 +3,12 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
-from tests.conftest import EXAMPLES
-
 Run = Callable[..., subprocess.CompletedProcess[str]]
-
-@pytest.fixture
-def example(tmp_path: Path) -> Path:
-    target = tmp_path / "25_jax_export"
-    shutil.copytree(
-        EXAMPLES / "25_jax_export", target, ignore=shutil.ignore_patterns(".ppy", "__pycache__")
-    )
-    return target
 
 
 def python(program: Path) -> str:
