@@ -42,7 +42,7 @@ def launch(program: Path, argv: list[str], *, build: bool = True) -> int:
         try:
             stale = staleness(config, artifact, _installed_plugins)
             if stale is not None:
-                artifact = _build(program, stale, artifact, log)
+                artifact = _rebuilt(program, stale, artifact, log)
         except ConfigError:
             raise
         except PpyError as error:
@@ -62,7 +62,7 @@ def _installed_plugins(names: frozenset[str]) -> dict[str, Plugin]:
     return {p.name: p for p in load_plugins(names).by_name.values()}
 
 
-def _build(program: Path, stale: str, artifact: Artifact | None, log: Any) -> Artifact | None:
+def _rebuilt(program: Path, stale: str, artifact: Artifact | None, log: Any) -> Artifact | None:
     """The rebuilt artifact; or, where no plugin is installed, the one there was.
 
     A runtime-only install cannot stage anything, so a build there would only
