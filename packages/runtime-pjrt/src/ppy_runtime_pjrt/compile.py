@@ -30,10 +30,10 @@ from ppy.cache import CACHE_ENV, ExecutableCache, executable_key
 
 from ppy_runtime_pjrt.guard import Signature
 
-__all__ = ["Executables", "ShapeRefused", "fast_call"]
+__all__ = ["Executables", "CompileRefused", "fast_call"]
 
 
-class ShapeRefused(Exception):
+class CompileRefused(Exception):
     """The export could not be compiled for this signature.
 
     Mostly a constraint on its symbolic dims that these sizes break
@@ -148,7 +148,7 @@ class Executables:
             return jax.jit(self.exported.call).lower(*shapes).compile()
         except Exception as error:
             lines = str(error).splitlines() or [""]
-            raise ShapeRefused(f"{type(error).__name__}: {lines[0]}") from error
+            raise CompileRefused(f"{type(error).__name__}: {lines[0]}") from error
 
     def _store(self, key: str, compiled: Any) -> None:
         assert self.cache is not None

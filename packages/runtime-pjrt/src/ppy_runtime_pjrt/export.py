@@ -136,11 +136,11 @@ class StagedFunction:
         call = self.executables.get(signature)
         if call is not None:
             return call
-        from ppy_runtime_pjrt.compile import ShapeRefused
+        from ppy_runtime_pjrt.compile import CompileRefused
 
         try:
             call, source = self.loader.load(signature)
-        except ShapeRefused as error:
+        except CompileRefused as error:
             return Fallback("compile", f"the export does not compile for these shapes: {error}")
         self.executables[signature] = call
         self.stats.executables[signature] = source
