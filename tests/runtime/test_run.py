@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 from ppy.artifact import Artifact, ModuleRecord, write_artifact
-from ppy.run import run_program
+from ppy.program import run_program
 from ppy_runtime_pjrt.export import ExportRuntime
 from structlog.testing import capture_logs
 
@@ -203,7 +203,7 @@ def test_a_second_process_loads_the_executable_from_the_cache(project, cache_dir
         from pathlib import Path
         from ppy.artifact import read_artifact
         from ppy.log import configure
-        from ppy.run import run_program
+        from ppy.program import run_program
         from ppy_runtime_pjrt.export import ExportRuntime
         configure()
         root = Path({str(project)!r})

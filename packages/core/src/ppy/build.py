@@ -2,14 +2,17 @@
 
 This is the imperative shell around the pure parts: it reads files, loads
 plugins, asks each plugin to stage what policy allowed, and writes the
-artifact. A module whose source, configuration and plugin fingerprint are
-unchanged since the last build keeps its entries and no plugin work starts.
+artifact. Each plugin's turn has three steps: reuse (a module whose source,
+configuration and plugin fingerprint are unchanged since the last build keeps
+its entries, and no plugin work starts for it), stage (the plugin turns the
+rest into entries or failures) and settle (each result becomes the function's
+final decision).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -28,7 +31,7 @@ from ppy.policy import decide_module
 from ppy.registry import Registry, by_decorator, load_plugins
 from ppy.source import ModuleInfo
 
-__all__ = ["BuildResult", "Project", "build", "load_project"]
+__all__ = ["BuildResult", "Project", "build", "build_project", "load_project", "read_previous"]
 
 
 @dataclass(frozen=True)
@@ -67,9 +70,8 @@ def _validated_settings(config: Config, plugins: Registry) -> dict[str, Mapping[
     return settings
 
 
-def load_project(target: Path, plugins: Registry | None = None) -> Project:
-    """Config, discovery and policy for ``target``: everything but staging."""
-    config = load_config(target)
+def load_project(config: Config, plugins: Registry | None = None) -> Project:
+    """Discovery and policy for the configured project: everything but staging."""
     plugins = plugins if plugins is not None else load_plugins()
     settings = _validated_settings(config, plugins)
     log = get_logger()
@@ -88,7 +90,9 @@ def load_project(target: Path, plugins: Registry | None = None) -> Project:
     return Project(config, tuple(modules), plugins, settings, decisions)
 
 
-def _previous(config: Config) -> Artifact | None:
+def read_previous(config: Config) -> Artifact | None:
+    """The artifact of the last build, or None; an unreadable one is only a warning,
+    since the build is about to replace it."""
     if not config.artifact.exists():
         return None
     try:
@@ -108,6 +112,65 @@ def _written_by() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             continue
     return versions
+
+
+@dataclass
+class _Ledger:
+    """What the build has settled so far, filled in plugin by plugin.
+
+    ``decisions`` starts as policy's and ends with every function settled;
+    ``keys`` holds, per module, the stage key of each plugin whose entries for
+    it are complete, which is what the next build compares to reuse them.
+    """
+
+    decisions: dict[tuple[str, str], Decision]
+    entries: dict[tuple[str, str], Entry] = field(default_factory=dict)
+    keys: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def settle(self, decision: Decision, entry: Entry | None = None) -> None:
+        self.decisions[decision.module, decision.qualname] = decision
+        if entry is not None:
+            self.entries[entry.key] = replace(entry, decision=decision)
+
+
+def _reuse(
+    project: Project, plugin: Plugin, previous: Artifact | None, ledger: _Ledger
+) -> tuple[StageTarget, ...]:
+    """Settle the modules whose entries the previous build already holds; the rest,
+    those ``plugin`` must stage, are returned."""
+    config = project.config
+    settings = project.settings[plugin.name]
+    log = get_logger()
+    targets: list[StageTarget] = []
+    for module in project.modules:
+        allowed = [
+            d
+            for d in project.decisions
+            if d.module == module.name and d.plugin == plugin.name and d.outcome is Outcome.ALLOWED
+        ]
+        if not allowed:
+            continue
+        key = stage_key(module.sha256, config, plugin, settings)
+        ledger.keys.setdefault(module.name, {})[plugin.name] = key
+        record = previous.module(module.name) if previous else None
+        old = [previous.entry(d.module, d.qualname) for d in allowed] if previous else []
+        if record and record.stage_keys.get(plugin.name) == key and all(old):
+            for decision, entry in zip(allowed, old, strict=True):
+                assert entry is not None
+                reused = decision.settle(
+                    Outcome.REUSED,
+                    "reused",
+                    "unchanged since the last build; entry reused",
+                    signature=entry.signature,
+                )
+                ledger.settle(reused, entry)
+            log.info("build.reuse", plugin=plugin.name, module=module.name, functions=len(allowed))
+            continue
+        names = {d.qualname for d in allowed}
+        targets.append(
+            StageTarget(module, tuple(f for f in module.functions if f.qualname in names))
+        )
+    return tuple(targets)
 
 
 def _stage(
@@ -135,94 +198,79 @@ def _stage(
     return {(r.module, r.qualname): r for r in results}
 
 
+def _settle(
+    plugin: Plugin,
+    targets: tuple[StageTarget, ...],
+    results: Mapping[tuple[str, str], Entry | StageFailure],
+    ledger: _Ledger,
+) -> None:
+    """Turn each staged function's result into its final decision.
+
+    A module with a failure loses its stage key, so the next build stages it
+    again instead of reusing an incomplete set of entries.
+    """
+    log = get_logger()
+    for target in targets:
+        for function in target.functions:
+            decision = ledger.decisions[target.module.name, function.qualname]
+            result = results.get((target.module.name, function.qualname))
+            if isinstance(result, Entry):
+                settled = decision.settle(
+                    Outcome.STAGED,
+                    "staged",
+                    f"{plugin.verb} for {', '.join(result.platforms)}",
+                    signature=result.signature,
+                )
+                ledger.settle(settled, result)
+            else:
+                failure = result or StageFailure(
+                    target.module.name,
+                    function.qualname,
+                    "export-failed",
+                    f"plugin {plugin.name!r} returned no result for this function",
+                )
+                settled = decision.settle(
+                    Outcome.STAYS,
+                    failure.rule,
+                    failure.reason,
+                    failure.remedy,
+                    output=failure.output,
+                )
+                ledger.settle(settled)
+                ledger.keys[target.module.name].pop(plugin.name, None)
+            log.info(
+                "build.staged" if isinstance(result, Entry) else "build.failed",
+                module=target.module.name,
+                function=function.qualname,
+                rule=settled.rule,
+                reason=settled.reason,
+            )
+
+
 def build(target: Path, *, plugins: Registry | None = None) -> BuildResult:
     """Build the artifact for the project at ``target`` and write it."""
-    project = load_project(target, plugins)
-    config = project.config
-    log = get_logger()
-    previous = _previous(config)
-    modules = {m.name: m for m in project.modules}
-    decisions = {(d.module, d.qualname): d for d in project.decisions}
-    entries: dict[tuple[str, str], Entry] = {}
-    keys: dict[str, dict[str, str]] = {name: {} for name in modules}
+    config = load_config(target)
+    return build_project(config, read_previous(config), plugins=plugins)
 
+
+def build_project(
+    config: Config, previous: Artifact | None, *, plugins: Registry | None = None
+) -> BuildResult:
+    """Build with a configuration and previous artifact the caller already read.
+
+    ``ppy run`` has read both to decide that a build is needed; reading them
+    again would cost its start-up and could see a different file.
+    """
+    project = load_project(config, plugins)
+    ledger = _Ledger(decisions={(d.module, d.qualname): d for d in project.decisions})
     for plugin in project.plugins.by_name.values():
-        settings = project.settings[plugin.name]
-        targets: list[StageTarget] = []
-        for module in project.modules:
-            allowed = [
-                d
-                for d in project.decisions
-                if d.module == module.name
-                and d.plugin == plugin.name
-                and d.outcome is Outcome.ALLOWED
-            ]
-            if not allowed:
-                continue
-            key = stage_key(module.sha256, config, plugin, settings)
-            old_record = previous.module(module.name) if previous else None
-            old = [previous.entry(d.module, d.qualname) for d in allowed] if previous else []
-            if old_record and old_record.stage_keys.get(plugin.name) == key and all(old):
-                for decision, entry in zip(allowed, old, strict=True):
-                    assert entry is not None
-                    settled = decision.settle(
-                        Outcome.REUSED,
-                        "reused",
-                        "unchanged since the last build; entry reused",
-                        signature=entry.signature,
-                    )
-                    decisions[decision.module, decision.qualname] = settled
-                    entries[entry.key] = replace(entry, decision=settled)
-                keys[module.name][plugin.name] = key
-                log.info(
-                    "build.reuse", plugin=plugin.name, module=module.name, functions=len(allowed)
-                )
-                continue
-            names = {d.qualname for d in allowed}
-            functions = tuple(f for f in module.functions if f.qualname in names)
-            targets.append(StageTarget(module, functions))
-            keys[module.name][plugin.name] = key
-        if not targets:
-            continue
-        results = _stage(plugin, StageRequest(config.root, settings, tuple(targets)))
-        for t in targets:
-            for function in t.functions:
-                decision = decisions[t.module.name, function.qualname]
-                result = results.get((t.module.name, function.qualname))
-                if isinstance(result, Entry):
-                    platforms = ", ".join(result.platforms)
-                    settled = decision.settle(
-                        Outcome.STAGED,
-                        "staged",
-                        f"{plugin.verb} for {platforms}",
-                        signature=result.signature,
-                    )
-                    entries[result.key] = replace(result, decision=settled)
-                else:
-                    failure = result or StageFailure(
-                        t.module.name,
-                        function.qualname,
-                        "export-failed",
-                        f"plugin {plugin.name!r} returned no result for this function",
-                    )
-                    settled = decision.settle(
-                        Outcome.STAYS,
-                        failure.rule,
-                        failure.reason,
-                        failure.remedy,
-                        output=failure.output,
-                    )
-                    keys[t.module.name].pop(plugin.name, None)
-                decisions[t.module.name, function.qualname] = settled
-                log.info(
-                    "build.staged" if isinstance(result, Entry) else "build.failed",
-                    module=t.module.name,
-                    function=function.qualname,
-                    rule=settled.rule,
-                    reason=settled.reason,
-                )
+        targets = _reuse(project, plugin, previous, ledger)
+        if targets:
+            request = StageRequest(config.root, project.settings[plugin.name], targets)
+            _settle(plugin, targets, _stage(plugin, request), ledger)
 
-    ordered = tuple(decisions[d.module, d.qualname] for d in project.decisions)
+    log = get_logger()
+    ordered = tuple(ledger.decisions[d.module, d.qualname] for d in project.decisions)
     for decision in ordered:
         log.info("build.decision", **_event_fields(decision))
     artifact = Artifact(
@@ -230,17 +278,17 @@ def build(target: Path, *, plugins: Registry | None = None) -> BuildResult:
         config_digest=config.digest,
         written_by=_written_by(),
         modules=tuple(
-            ModuleRecord(m.name, m.path, m.sha256, dict(sorted(keys[m.name].items())))
+            ModuleRecord(
+                m.name, m.path, m.sha256, dict(sorted(ledger.keys.get(m.name, {}).items()))
+            )
             for m in project.modules
         ),
-        entries=tuple(entries[k] for k in sorted(entries)),
+        entries=tuple(ledger.entries[k] for k in sorted(ledger.entries)),
         decisions=ordered,
     )
     write_artifact(artifact, config.artifact)
     log.info("build.written", path=str(config.artifact), entries=len(artifact.entries))
-    permitted = {
-        (d.module, d.qualname) for d in project.decisions if d.outcome is Outcome.ALLOWED
-    }
+    permitted = {(d.module, d.qualname) for d in project.decisions if d.outcome is Outcome.ALLOWED}
     failed = tuple(
         d for d in ordered if d.outcome is Outcome.STAYS and (d.module, d.qualname) in permitted
     )

@@ -186,9 +186,9 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ppy.launch import launch
+    from ppy.prepare import run
 
-    return launch(args.program, list(args.args), build=not args.no_build)
+    return run(args.program, list(args.args), build=not args.no_build)
 
 
 def _inspect(args: argparse.Namespace) -> int:

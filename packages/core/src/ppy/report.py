@@ -55,9 +55,10 @@ def explain(name: str, target: Path) -> str:
     else what the policy decides now (before any staging)."""
     from ppy.artifact import ArtifactError, read_artifact
     from ppy.build import load_project
+    from ppy.config import load_config
     from ppy.freshness import staleness
 
-    project = load_project(target)
+    project = load_project(load_config(target))
     decisions: Sequence[Decision] = project.decisions
     note = "from the policy (not built yet)"
     config = project.config

@@ -1,4 +1,4 @@
-"""Run a program as ``python FILE.ppy ARGS`` would, with staged functions bound.
+"""Put staged functions in place of the originals as their modules execute.
 
 Binding happens right after each staged function is defined: the module is
 compiled from its AST, and after every top-level ``def`` that has an entry in
@@ -17,22 +17,20 @@ when its module's source changed since the build, when no runtime is
 installed for its kind, or when the runtime raises ``NotBound``.
 
 This module does not import jax: the runtimes do, when they bind.
+``ppy.program`` runs the program itself with a ``Binder``.
 """
 
 from __future__ import annotations
 
 import ast
-import builtins
 import hashlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
-import os
 import sys
-import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import CodeType, ModuleType, TracebackType
+from types import CodeType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ppy._hook import PpyFinder, find_ppy_source
@@ -42,12 +40,10 @@ if TYPE_CHECKING:
     from ppy.artifact import Artifact
     from ppy.entry import Entry
 
-__all__ = ["BIND_NAME", "Binder", "bind_source", "module_name", "run_program"]
+__all__ = ["BIND_NAME", "Binder", "BindingFinder", "bind_source", "module_name"]
 
 #: The name the inserted statements call; a dunder, so no program uses it.
 BIND_NAME = "__ppy_bind__"
-
-_PPY_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def _log() -> Any:
@@ -179,7 +175,7 @@ class _BindingLoader(importlib.abc.Loader):
         return self.path.read_text()
 
 
-class _BindingFinder(importlib.abc.MetaPathFinder):
+class BindingFinder(importlib.abc.MetaPathFinder):
     """Finds the project's ``.ppy`` modules that have entries in the artifact."""
 
     def __init__(self, binder: Binder) -> None:
@@ -209,116 +205,14 @@ class _BindingFinder(importlib.abc.MetaPathFinder):
         loader = _BindingLoader(self.binder, Path(source), name)
         return importlib.util.spec_from_file_location(fullname, source, loader=loader)
 
+    def install(self) -> None:
+        """Go just ahead of the plain ``.ppy`` finder, which would load unbound."""
+        for index, existing in enumerate(sys.meta_path):
+            if isinstance(existing, PpyFinder):
+                sys.meta_path.insert(index, self)
+                return
+        sys.meta_path.append(self)
 
-def _install(finder: _BindingFinder) -> None:
-    for index, existing in enumerate(sys.meta_path):
-        if isinstance(existing, PpyFinder):
-            sys.meta_path.insert(index, finder)
-            return
-    sys.meta_path.append(finder)
-
-
-def run_program(
-    program: Path,
-    argv: Sequence[str],
-    *,
-    artifact: Artifact | None,
-    runtimes: Mapping[str, Runtime],
-    root: Path,
-) -> int:
-    """Run ``program`` as ``__main__``; its exit code, as ``python`` would give it."""
-    import ppy  # noqa: F401 - installs the .ppy hook the finder goes ahead of
-
-    binder = Binder(artifact, runtimes, root)
-    finder = _BindingFinder(binder)
-    main = ModuleType("__main__")
-    main.__dict__.update(
-        __file__=str(program),
-        __builtins__=builtins,
-        __cached__=None,
-        __spec__=None,
-        __loader__=importlib.machinery.SourceFileLoader("__main__", str(program)),
-    )
-    saved_argv, saved_path0 = sys.argv, sys.path[0] if sys.path else None
-    saved_main = sys.modules.get("__main__")
-    sys.argv = [str(program), *argv]
-    if sys.path:
-        sys.path[0] = str(program.parent)
-    else:
-        sys.path.append(str(program.parent))
-    sys.modules["__main__"] = main
-    _install(finder)
-    try:
-        try:
-            code, bind = binder.code(program, module_name(program, root))
-        except SyntaxError as error:
-            _print_exception(type(error), error, None)  # as python: no frames, just the line
-            return 1
-        main.__dict__[BIND_NAME] = bind
-        exec(code, main.__dict__)
-    except SystemExit as done:
-        return _exit_code(done)
-    except KeyboardInterrupt:
-        _print_exception(*sys.exc_info())
-        return 130
-    except BaseException:
-        _print_exception(*sys.exc_info())
-        return 1
-    finally:
-        sys.stdout.flush()
-        if finder in sys.meta_path:
-            sys.meta_path.remove(finder)
-        sys.argv = saved_argv
-        if saved_path0 is not None:
-            sys.path[0] = saved_path0
-        if saved_main is not None:
-            sys.modules["__main__"] = saved_main
-    return 0
-
-
-def _exit_code(done: SystemExit) -> int:
-    """What the interpreter makes of ``sys.exit(value)``."""
-    code = done.code
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    print(code, file=sys.stderr)
-    return 1
-
-
-def _print_exception(
-    kind: type[BaseException] | None,
-    value: BaseException | None,
-    tb: TracebackType | None,
-) -> None:
-    """The traceback python would print, without ppy's own frames."""
-    if kind is None or value is None:
-        return
-    report = traceback.TracebackException(kind, value, tb, compact=True)
-    _drop_own_frames(report, _own_dirs(), set())
-    print("".join(report.format()), end="", file=sys.stderr)
-
-
-def _own_dirs() -> frozenset[str]:
-    """ppy's package and every loaded runtime package: their frames are ours."""
-    dirs = {_PPY_DIR}
-    for name, module in list(sys.modules.items()):
-        if name.startswith("ppy_runtime_") and "." not in name:
-            location = getattr(module, "__file__", None)
-            if location:
-                dirs.add(os.path.dirname(os.path.abspath(location)))
-    return frozenset(dirs)
-
-
-def _drop_own_frames(
-    report: traceback.TracebackException, own: frozenset[str], done: set[int]
-) -> None:
-    if id(report) in done:
-        return
-    done.add(id(report))
-    kept = [f for f in report.stack if os.path.dirname(os.path.abspath(f.filename)) not in own]
-    report.stack = traceback.StackSummary.from_list(kept)
-    for linked in (report.__cause__, report.__context__):
-        if linked is not None:
-            _drop_own_frames(linked, own, done)
+    def remove(self) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)

@@ -1,0 +1,132 @@
+"""What ``ppy run`` does before the program starts: the artifact, current, and its runtimes.
+
+The configuration and the artifact are read once here; when the artifact is
+stale and a plugin is installed, the build is handed both rather than
+reading them again. stdout belongs to the program, so nothing here prints;
+problems (a damaged artifact, a failed build) are warnings on stderr and the
+program runs with whatever could be bound, the rest as ordinary calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ppy.errors import ConfigError, PpyError, UsageError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ppy.artifact import Artifact
+    from ppy.config import Config
+    from ppy.plugin import Plugin
+    from ppy.runtime import Runtime
+
+__all__ = ["Prepared", "prepare", "run"]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything a run needs besides the program: the project root, the
+    artifact to bind from (None: run the plain program) and a runtime per kind."""
+
+    root: Path
+    artifact: Artifact | None
+    runtimes: Mapping[str, Runtime]
+
+
+def run(program: Path, argv: list[str], *, build: bool = True) -> int:
+    """``ppy run PROGRAM ARGV``: prepare, then run; the program's exit code."""
+    from ppy.program import run_program
+
+    prepared = prepare(program, build=build)
+    return run_program(
+        program.resolve(),
+        argv,
+        artifact=prepared.artifact,
+        runtimes=prepared.runtimes,
+        root=prepared.root,
+    )
+
+
+def prepare(program: Path, *, build: bool = True) -> Prepared:
+    """Read the configuration and artifact, rebuild a stale one when ``build``,
+    and load the runtimes for the kinds it holds."""
+    from ppy.config import load_config
+    from ppy.registry import load_runtimes
+
+    if not program.is_file():
+        raise UsageError(f"{program}: no such file", remedy="give the path of a .ppy program")
+    config = load_config(program)
+    artifact = _read(config)
+    if build:
+        from ppy.freshness import staleness
+
+        try:
+            stale = staleness(config, artifact, _installed_plugins)
+            if stale is not None:
+                artifact = _rebuilt(config, stale, artifact)
+        except ConfigError:
+            raise
+        except PpyError as error:
+            _log().warning("run.build_failed", error=str(error))
+    kinds = {entry.kind for entry in artifact.entries} if artifact is not None else set()
+    runtimes = load_runtimes(kinds).by_name if kinds else {}
+    return Prepared(config.root, artifact, runtimes)
+
+
+def _log() -> Any:
+    from ppy.log import get_logger
+
+    return get_logger()
+
+
+def _read(config: Config) -> Artifact | None:
+    from ppy.artifact import read_artifact
+
+    if not config.artifact.exists():
+        return None
+    try:
+        return read_artifact(config.artifact)
+    except PpyError as error:
+        _log().warning("run.artifact_unreadable", path=str(config.artifact), error=str(error))
+        return None
+
+
+def _installed_plugins(names: frozenset[str]) -> dict[str, Plugin]:
+    """The named plugins that are installed and load, by name."""
+    from ppy.registry import load_plugins
+
+    return {p.name: p for p in load_plugins(names).by_name.values()}
+
+
+def _rebuilt(config: Config, stale: str, artifact: Artifact | None) -> Artifact | None:
+    """The rebuilt artifact; or, where no plugin is installed, the one there was.
+
+    A runtime-only install cannot stage anything, so a build there would only
+    replace an artifact made elsewhere by one with no entries.
+    """
+    from ppy.build import build_project
+    from ppy.registry import load_plugins
+
+    log = _log()
+    plugins = load_plugins()
+    if not plugins.by_name:
+        log.warning(
+            "run.stale",
+            reason=stale,
+            remedy="no ppy plugin is installed here to rebuild it; run `ppy build` where "
+            "they are, or install them",
+        )
+        return artifact
+    log.info("run.build", reason=stale)
+    result = build_project(config, artifact, plugins=plugins)
+    for decision in result.failed:
+        log.warning(
+            "run.build_failed",
+            module=decision.module,
+            function=decision.qualname,
+            reason=decision.reason,
+        )
+    return result.artifact
