@@ -11,7 +11,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jaxlib
 from ppy.entry import Entry
+from ppy.kinds import JaxExport
 from ppy.spec import Dim, TensorSpec
 
 
@@ -43,19 +45,22 @@ def make_entry(
         TensorSpec(tuple(d if isinstance(d, int) else str(d) for d in a.shape), str(a.dtype))
         for a in exported.out_avals
     )
+    contract = JaxExport(
+        jax_version=jax.__version__,
+        jaxlib_version=jaxlib.__version__,
+        calling_convention_version=exported.calling_convention_version,
+        nr_devices=exported.nr_devices,
+        uses_shape_polymorphism=any(isinstance(d, str) for s in inputs for d in s.dims),
+        export=bytes(exported.serialize()),
+        stablehlo=exported.mlir_module().encode(),
+    )
     return Entry(
         module=module,
         qualname=qualname or function.__name__,
-        kind="jax.export",
+        kind=JaxExport.KIND,
         inputs=tuple(inputs),
         outputs=outputs,
         platforms=tuple(exported.platforms),
-        payload={
-            "export": bytes(exported.serialize()),
-            "stablehlo": exported.mlir_module().encode(),
-        },
-        metadata={
-            "jax_version": jax.__version__,
-            "calling_convention_version": exported.calling_convention_version,
-        },
+        payload=contract.to_payload(),
+        metadata=contract.to_metadata(),
     )

@@ -146,8 +146,9 @@ def test_what_does_not_match_goes_to_the_original(score_entry, args, kwargs, cat
 def test_sizes_the_export_constrains_out_go_to_the_original() -> None:
     (b,) = jax.export.symbolic_shape("B", constraints=["B >= 3"])
     exported = jax.export.export(score)(jax.ShapeDtypeStruct((b, 4), jnp.float32))
+    plain = make_entry(score, BATCH)
     entry = dataclasses.replace(
-        make_entry(score, BATCH), payload={"export": bytes(exported.serialize())}
+        plain, payload={**plain.payload, "export": bytes(exported.serialize())}
     )
     bound = bind(entry, score)
     small = jnp.ones((2, 4), jnp.float32)
@@ -217,13 +218,17 @@ def test_an_export_for_another_platform_is_not_bound() -> None:
 def test_an_unsupported_calling_convention_is_not_bound(score_entry) -> None:
     exported = jax.export.deserialize(bytearray(score_entry.payload["export"]))
     newer = dataclasses.replace(exported, calling_convention_version=99)
-    entry = dataclasses.replace(score_entry, payload={"export": bytes(newer.serialize())})
+    entry = dataclasses.replace(
+        score_entry, payload={**score_entry.payload, "export": bytes(newer.serialize())}
+    )
     with pytest.raises(NotBound, match=r"version 99; jax .* supports \d+\.\.\d+"):
         bind(entry, score)
 
 
 def test_unreadable_bytes_are_not_bound(score_entry) -> None:
-    entry = dataclasses.replace(score_entry, payload={"export": b"not an export"})
+    entry = dataclasses.replace(
+        score_entry, payload={**score_entry.payload, "export": b"not an export"}
+    )
     with pytest.raises(NotBound, match="cannot read this export"):
         bind(entry, score)
 

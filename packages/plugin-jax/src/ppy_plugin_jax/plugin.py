@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ppy.config import Setting, validate_table
 from ppy.decision import Check
+from ppy.kinds import JaxExport
 from ppy.plugin import Requirements
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ def _version(distribution: str) -> str:
 
 class JaxExportPlugin:
     name = "jax"
-    kind = "jax.export"
+    kind = JaxExport.KIND
     verb = "exported"
     decorators = frozenset({"jax.jit"})
     requirements = Requirements(
@@ -109,7 +110,10 @@ class JaxExportPlugin:
         versions = ",".join(f"{t}={_version(t)}" for t in _TOOLS)
         platforms = settings.get("platforms")
         chosen = ",".join(platforms) if platforms else "default"
-        return f"ppy-plugin-jax={self.version},{versions};platforms={chosen}"
+        return (
+            f"ppy-plugin-jax={self.version},{versions};platforms={chosen};"
+            f"convention={JaxExport.CONVENTION}"
+        )
 
     def check(
         self, function: FunctionInfo, module: ModuleInfo, settings: Mapping[str, Any]

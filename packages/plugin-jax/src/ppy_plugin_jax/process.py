@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ppy.entry import Entry
+from ppy.kinds import JaxExport
 from ppy.plugin import StageFailure, StageRequest, StageTarget
 from ppy.spec import TensorSpec
 
@@ -103,18 +104,23 @@ def _entry(target: StageTarget, qualname: str, message: Mapping[str, Any]) -> En
         for p in function.parameters
     )
     outputs = tuple(TensorSpec(tuple(o["dims"]), o["dtype"]) for o in message["outputs"])
-    return Entry(
-        module=target.module.name,
-        qualname=qualname,
-        kind="jax.export",
-        inputs=inputs,
-        outputs=outputs,
-        platforms=tuple(message["platforms"]),
-        payload={
+    # Read back through the contract, so the entry is one the runtime reads.
+    contract = JaxExport.from_mapping(
+        message["metadata"],
+        {
             "export": base64.b64decode(message["export"]),
             "stablehlo": message["stablehlo"].encode("utf-8"),
         },
-        metadata=message["metadata"],
+    )
+    return Entry(
+        module=target.module.name,
+        qualname=qualname,
+        kind=JaxExport.KIND,
+        inputs=inputs,
+        outputs=outputs,
+        platforms=tuple(message["platforms"]),
+        payload=contract.to_payload(),
+        metadata=contract.to_metadata(),
     )
 
 

@@ -135,22 +135,26 @@ def _export(
     targets = platforms or [jax.default_backend()]
     specs = _specs(function)
     exported = export.export(fn, platforms=targets)(*specs)
+    from ppy.kinds import JaxExport
+
+    contract = JaxExport(
+        jax_version=jax.__version__,
+        jaxlib_version=importlib.import_module("jaxlib").__version__,
+        calling_convention_version=exported.calling_convention_version,
+        nr_devices=exported.nr_devices,
+        uses_shape_polymorphism=any(
+            not isinstance(d, int) for a in exported.in_avals for d in a.shape
+        ),
+        export=bytes(exported.serialize()),
+        stablehlo=exported.mlir_module().encode("utf-8"),
+    )
     return {
         "ok": True,
-        "export": base64.b64encode(exported.serialize()).decode("ascii"),
-        "stablehlo": exported.mlir_module(),
+        "export": base64.b64encode(contract.export).decode("ascii"),
+        "stablehlo": contract.stablehlo.decode("utf-8"),
         "outputs": [{"dims": _dims(a), "dtype": str(a.dtype)} for a in exported.out_avals],
         "platforms": list(exported.platforms),
-        "metadata": {
-            "jax_version": jax.__version__,
-            "jaxlib_version": importlib.import_module("jaxlib").__version__,
-            "calling_convention_version": exported.calling_convention_version,
-            "nr_devices": exported.nr_devices,
-            "uses_shape_polymorphism": any(
-                not isinstance(d, int) for a in exported.in_avals for d in a.shape
-            ),
-            "in_shardings": "replicated",
-        },
+        "metadata": contract.to_metadata(),
     }
 
 

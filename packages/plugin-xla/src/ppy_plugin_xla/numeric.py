@@ -20,13 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ppy.kinds import INT64_MAX as I64_MAX
+from ppy.kinds import INT64_MIN as I64_MIN
+from ppy.kinds import MIN_NORMAL_FLOAT64 as MIN_NORMAL
+
 from ppy_plugin_xla.hlo import Builder, Value
 
 __all__ = ["I64_MAX", "I64_MIN", "MIN_NORMAL", "Numeric"]
 
-I64_MIN = -(2**63)
-I64_MAX = 2**63 - 1
-MIN_NORMAL = 2.2250738585072014e-308
 #: Below this a divisor's remainders may be subnormal (its ulp is under MIN_NORMAL).
 _SMALL_DIVISOR = 2.0**-969
 _TWO63 = 9223372036854775808.0

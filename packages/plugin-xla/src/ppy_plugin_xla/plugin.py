@@ -16,6 +16,7 @@ from typing import Any
 from ppy.decision import Check
 from ppy.entry import Entry
 from ppy.errors import ConfigError
+from ppy.kinds import SCALAR_DTYPES, XlaScalar
 from ppy.plugin import Requirements, StageFailure, StageRequest
 from ppy.source import FunctionInfo, ModuleInfo
 from ppy.spec import TensorSpec
@@ -28,9 +29,6 @@ from ppy_plugin_xla.scope import read_scope
 __all__ = ["DECORATOR", "XlaScalarPlugin", "compile_in_module"]
 
 DECORATOR = "ppy.xla.jit"
-_DTYPES = {"float": "float64", "int": "int64", "bool": "bool"}
-#: How the module's results are laid out; the runtime checks it.
-CALLING_CONVENTION = 1
 
 
 def _jit_names(module: ModuleInfo) -> set[str]:
@@ -69,7 +67,7 @@ def compile_in_module(module: ModuleInfo, qualname: str) -> CompiledFunction | C
 
 class XlaScalarPlugin:
     name = "xla"
-    kind = "xla.scalar"
+    kind = XlaScalar.KIND
     verb = "compiled"
     decorators = frozenset({DECORATOR})
     requirements = Requirements(build_execution=False)
@@ -86,7 +84,7 @@ class XlaScalarPlugin:
         return {}
 
     def fingerprint(self, settings: Mapping[str, Any]) -> str:
-        return f"ppy-plugin-xla {__version__} convention {CALLING_CONVENTION}"
+        return f"ppy-plugin-xla {__version__} convention {XlaScalar.CONVENTION}"
 
     def check(
         self, function: FunctionInfo, module: ModuleInfo, settings: Mapping[str, Any]
@@ -138,28 +136,28 @@ class XlaScalarPlugin:
 
 
 def entry_for(module: str, compiled: CompiledFunction) -> Entry:
+    contract = XlaScalar(
+        param_names=tuple(compiled.param_names),
+        param_types=tuple(compiled.param_types),
+        result_type=compiled.result_type,
+        plugin_version=__version__,
+        stablehlo=compiled.text.encode(),
+    )
     inputs = tuple(
-        TensorSpec((), _DTYPES[t], name)
-        for name, t in zip(compiled.param_names, compiled.param_types, strict=True)
+        TensorSpec((), SCALAR_DTYPES[t], name)
+        for name, t in zip(contract.param_names, contract.param_types, strict=True)
     )
     outputs = (
-        TensorSpec((), _DTYPES[compiled.result_type], "result"),
+        TensorSpec((), SCALAR_DTYPES[contract.result_type], "result"),
         TensorSpec((), "bool", "fallback"),
     )
     return Entry(
         module=module,
         qualname=compiled.qualname,
-        kind=XlaScalarPlugin.kind,
+        kind=XlaScalar.KIND,
         inputs=inputs,
         outputs=outputs,
         platforms=("cpu",),
-        payload={"stablehlo": compiled.text.encode()},
-        metadata={
-            "result_type": compiled.result_type,
-            "param_types": list(compiled.param_types),
-            "param_names": list(compiled.param_names),
-            "calling_convention": CALLING_CONVENTION,
-            "outputs": "result, then a flag: when true the Python body is called instead",
-            "plugin_version": __version__,
-        },
+        payload=contract.to_payload(),
+        metadata=contract.to_metadata(),
     )

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ppy.entry import Entry
+from ppy.kinds import JaxExport, KindError
 from ppy.runtime import NotBound
 
 from ppy_runtime_pjrt.guard import Fallback, Guard, Signature
@@ -344,16 +345,17 @@ class ExportRuntime:
 
         from ppy_runtime_pjrt.compile import Executables
 
-        blob = entry.payload.get("export")
-        if blob is None:
-            raise NotBound("the entry has no 'export' payload; rebuild the artifact")
+        try:
+            contract = JaxExport.read(entry)
+        except KindError as error:
+            raise NotBound(str(error)) from error
+        blob = contract.export
         try:
             exported = jax.export.deserialize(bytearray(blob))
         except Exception as error:
-            written = entry.metadata.get("jax_version", "an unknown jax")
             raise NotBound(
-                f"jax {jax.__version__} cannot read this export (written by jax {written}): "
-                f"{type(error).__name__}: {error}"
+                f"jax {jax.__version__} cannot read this export (written by jax "
+                f"{contract.jax_version}): {type(error).__name__}: {error}"
             ) from error
         low = jax.export.minimum_supported_calling_convention_version
         high = jax.export.maximum_supported_calling_convention_version

@@ -17,14 +17,13 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from ppy.entry import Entry
+from ppy.kinds import INT64_MAX, INT64_MIN, MIN_NORMAL_FLOAT64, KindError, XlaScalar
 from ppy.runtime import NotBound
 
 __all__ = ["ScalarRuntime", "StagedScalar"]
 
-_CONVENTION = 1
+#: The Python type of each of the contract's scalar types.
 _TYPES = {"float": float, "int": int, "bool": bool}
-_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
-_MIN_NORMAL = 2.2250738585072014e-308
 
 
 def _log() -> Any:
@@ -36,12 +35,12 @@ def _log() -> Any:
 class StagedScalar:
     """Callable in place of an ``@xla.jit`` function; falls back to ``original``."""
 
-    def __init__(self, entry: Entry, original: Callable[..., Any]) -> None:
+    def __init__(self, entry: Entry, contract: XlaScalar, original: Callable[..., Any]) -> None:
         self.entry = entry
         self.original = original
-        self.param_types: tuple[str, ...] = tuple(entry.metadata["param_types"])
-        self.result_type: str = entry.metadata["result_type"]
-        self._text = entry.payload["stablehlo"].decode()
+        self.param_types = contract.param_types
+        self.result_type = contract.result_type
+        self._text = contract.text
         self._executable: Any = None
         self._broken: str | None = None
         self._reasons: set[str] = set()
@@ -70,9 +69,9 @@ class StagedScalar:
         for value, kind in zip(args, self.param_types, strict=True):
             if type(value) is not _TYPES[kind]:
                 return "type", f"an argument of type {type(value).__name__} where {kind} was staged"
-            if kind == "int" and not _I64_MIN <= cast(int, value) <= _I64_MAX:
+            if kind == "int" and not INT64_MIN <= cast(int, value) <= INT64_MAX:
                 return "range", "an int argument outside int64"
-            if kind == "float" and value != 0.0 and abs(cast(float, value)) < _MIN_NORMAL:
+            if kind == "float" and value != 0.0 and abs(cast(float, value)) < MIN_NORMAL_FLOAT64:
                 return "range", "a subnormal float argument (XLA's CPU runtime flushes it to zero)"
         return None
 
@@ -121,19 +120,10 @@ class ScalarRuntime:
     """Loads ``xla.scalar`` entries."""
 
     def bind(self, entry: Entry, original: Callable[..., Any]) -> Callable[..., Any]:
-        meta = entry.metadata
-        if meta.get("calling_convention") != _CONVENTION:
-            raise NotBound(
-                f"calling convention {meta.get('calling_convention')!r}, this runtime reads "
-                f"{_CONVENTION}; rebuild with `ppy build`"
-            )
-        if "stablehlo" not in entry.payload:
-            raise NotBound("the entry has no stablehlo payload")
+        try:
+            contract = XlaScalar.read(entry)
+        except KindError as error:
+            raise NotBound(str(error)) from error
         if "cpu" not in entry.platforms:
             raise NotBound(f"staged for {', '.join(entry.platforms)}, this runtime runs cpu")
-        types = meta.get("param_types")
-        if not isinstance(types, list) or not all(t in _TYPES for t in types):
-            raise NotBound(f"unreadable param_types {types!r}")
-        if meta.get("result_type") not in _TYPES:
-            raise NotBound(f"unreadable result_type {meta.get('result_type')!r}")
-        return StagedScalar(entry, original)
+        return StagedScalar(entry, contract, original)

@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from ppy.cache import CACHE_ENV, ExecutableCache, executable_key
+from ppy.kinds import SCALAR_DTYPES, XlaScalar
 
 __all__ = ["ScalarExecutable", "compile_options"]
 
-_DTYPES = {"float": "float64", "int": "int64", "bool": "bool"}
 #: XLA flags that keep the CPU backend to IEEE semantics (no reassociation,
 #: no approximate functions).
 XLA_FLAGS: tuple[tuple[str, bool], ...] = (("xla_cpu_enable_fast_math", False),)
@@ -55,8 +55,8 @@ class ScalarExecutable:
         backend = xla_bridge.get_backend("cpu")
         self.device = backend.devices()[0]
         self._sharding = sharding_impls.SingleDeviceSharding(self.device)
-        self._avals = [core.ShapedArray((), np.dtype(_DTYPES[t])) for t in param_types]
-        self._dtypes = [np.dtype(_DTYPES[t]) for t in param_types]
+        self._avals = [core.ShapedArray((), np.dtype(SCALAR_DTYPES[t])) for t in param_types]
+        self._dtypes = [np.dtype(SCALAR_DTYPES[t]) for t in param_types]
         self.executable = self._load(backend, text, param_types, name)
 
     def _load(self, backend: Any, text: str, param_types: Sequence[str], name: str) -> Any:
@@ -99,12 +99,12 @@ class ScalarExecutable:
         digest = hashlib.sha256(text.encode()).hexdigest()
         key = executable_key(
             digest,
-            [((), _DTYPES[t]) for t in param_types],
+            [((), SCALAR_DTYPES[t]) for t in param_types],
             platform=self.device.platform,
             device_kind=str(self.device.device_kind),
             versions=[
                 ("jaxlib", jaxlib.version.__version__),
-                ("kind", "xla.scalar"),
+                ("kind", XlaScalar.KIND),
                 ("xla_flags", repr(XLA_FLAGS)),
             ],
         )

@@ -1,0 +1,282 @@
+"""The entry kinds ppy ships: what a plugin writes and a runtime reads, in one place.
+
+An artifact entry is generic (``ppy.entry.Entry``: a kind, payload bytes, a
+JSON metadata mapping), so that a third party's kind needs nothing from core.
+The two kinds ppy's own plugins write, ``jax.export`` and ``xla.scalar``, are
+contracts between a plugin and a runtime that never import each other; each
+is declared here once -- its name, payload members, metadata fields and
+calling-convention version -- and both sides go through ``to_metadata`` and
+``read``. A constant that both sides need (the scalar types, the int64
+range) lives here too, so that there is nothing to keep in step by hand.
+
+The calling convention is the version of the contract: how the payload is
+laid out and what the metadata means. A runtime binds only the convention it
+reads; anything else is refused with the remedy to rebuild, never guessed at.
+A change to a kind's fields or payload bumps its ``CONVENTION``. The fields,
+the members and the versions are documented in ``docs/kinds.md``.
+
+This module is plain data: it imports no jax and executes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Final
+
+from ppy.entry import Entry
+
+__all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
+    "MIN_NORMAL_FLOAT64",
+    "SCALAR_DTYPES",
+    "JaxExport",
+    "KindError",
+    "XlaScalar",
+]
+
+#: The Python scalar types an ``xla.scalar`` function takes and returns, and
+#: the dtype each is staged as.
+SCALAR_DTYPES: Final[Mapping[str, str]] = {"float": "float64", "int": "int64", "bool": "bool"}
+#: The range of a staged ``int``; a Python int outside it goes to the body.
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1
+#: The smallest normal float64. XLA's CPU runtime flushes subnormals to zero,
+#: so a subnormal argument goes to the body and a subnormal result raises the
+#: fallback flag.
+MIN_NORMAL_FLOAT64: Final = 2.2250738585072014e-308
+
+_REBUILD = "rebuild the artifact with `ppy build`"
+
+
+class KindError(ValueError):
+    """An entry that does not follow its kind's contract.
+
+    ``field`` names what is wrong (``metadata.param_types``,
+    ``payload.stablehlo``); a runtime turns the error into ``NotBound`` with
+    the message, which carries the remedy.
+    """
+
+    def __init__(self, kind: str, field: str, problem: str, remedy: str = _REBUILD) -> None:
+        self.kind = kind
+        self.field = field
+        self.problem = problem
+        self.remedy = remedy
+        super().__init__(f"{kind} entry: {field} {problem}; {remedy}")
+
+
+def _check_kind(entry: Entry, kind: str) -> None:
+    if entry.kind != kind:
+        raise KindError(
+            kind, "kind", f"is {entry.kind!r}, not {kind!r}", "bind it with its own runtime"
+        )
+
+
+def _member(payload: Mapping[str, bytes], kind: str, name: str) -> bytes:
+    data = payload.get(name)
+    if not isinstance(data, bytes | bytearray):
+        raise KindError(kind, f"payload.{name}", "is missing")
+    return bytes(data)
+
+
+class _Fields:
+    """Reads typed fields out of one entry's metadata, naming the field on failure."""
+
+    def __init__(self, kind: str, metadata: Mapping[str, Any]) -> None:
+        self.kind = kind
+        self.metadata = metadata
+
+    def _get(self, key: str) -> Any:
+        if key not in self.metadata:
+            raise KindError(self.kind, f"metadata.{key}", "is missing")
+        return self.metadata[key]
+
+    def _wrong(self, key: str, value: Any, expected: str) -> KindError:
+        return KindError(self.kind, f"metadata.{key}", f"is {value!r}, expected {expected}")
+
+    def text(self, key: str) -> str:
+        value = self._get(key)
+        if not isinstance(value, str):
+            raise self._wrong(key, value, "a string")
+        return value
+
+    def integer(self, key: str) -> int:
+        value = self._get(key)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise self._wrong(key, value, "an integer")
+        return value
+
+    def flag(self, key: str) -> bool:
+        value = self._get(key)
+        if not isinstance(value, bool):
+            raise self._wrong(key, value, "true or false")
+        return value
+
+    def choice(self, key: str, choices: Mapping[str, Any]) -> str:
+        value = self._get(key)
+        if not isinstance(value, str) or value not in choices:
+            raise self._wrong(key, value, f"one of {', '.join(choices)}")
+        return value
+
+    def texts(self, key: str, choices: Mapping[str, Any] | None = None) -> tuple[str, ...]:
+        value = self._get(key)
+        ok = isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
+        if ok and choices is not None:
+            ok = all(v in choices for v in value)
+        if not ok:
+            what = "a list of strings" if choices is None else f"a list of {', '.join(choices)}"
+            raise self._wrong(key, value, what)
+        return tuple(value)
+
+    def convention(self, key: str, expected: int) -> int:
+        version = self._get(key)
+        if version != expected or isinstance(version, bool):
+            raise KindError(
+                self.kind,
+                f"metadata.{key}",
+                f"is {version!r}; this ppy reads calling convention {expected}",
+            )
+        return expected
+
+
+@dataclass(frozen=True)
+class XlaScalar:
+    """An ``@xla.jit`` function compiled to StableHLO by the xla plugin.
+
+    The module's ``main`` takes one rank-0 argument per parameter, of the
+    parameter's ``SCALAR_DTYPES`` dtype, and returns the result then a
+    ``bool`` flag; when the flag is set the Python body is called instead.
+    """
+
+    KIND: ClassVar[str] = "xla.scalar"
+    #: ``stablehlo``: the module's text, UTF-8.
+    MEMBERS: ClassVar[tuple[str, ...]] = ("stablehlo",)
+    CONVENTION: ClassVar[int] = 1
+    #: What ``metadata.outputs`` says, for a person reading the manifest.
+    OUTPUTS: ClassVar[str] = "result, then a flag: when true the Python body is called instead"
+
+    param_names: tuple[str, ...]
+    #: ``float``, ``int`` or ``bool`` for each parameter.
+    param_types: tuple[str, ...]
+    result_type: str
+    plugin_version: str
+    stablehlo: bytes
+
+    def to_metadata(self) -> dict[str, Any]:
+        return {
+            "calling_convention": self.CONVENTION,
+            "outputs": self.OUTPUTS,
+            "param_names": list(self.param_names),
+            "param_types": list(self.param_types),
+            "plugin_version": self.plugin_version,
+            "result_type": self.result_type,
+        }
+
+    def to_payload(self) -> dict[str, bytes]:
+        return {"stablehlo": self.stablehlo}
+
+    @property
+    def text(self) -> str:
+        return self.stablehlo.decode("utf-8")
+
+    @classmethod
+    def read(cls, entry: Entry) -> XlaScalar:
+        """The entry's contract, or ``KindError`` naming the first field that is wrong."""
+        _check_kind(entry, cls.KIND)
+        return cls.from_mapping(entry.metadata, entry.payload)
+
+    @classmethod
+    def from_mapping(cls, metadata: Mapping[str, Any], payload: Mapping[str, bytes]) -> XlaScalar:
+        """The inverse of ``to_metadata`` and ``to_payload``, validated."""
+        fields = _Fields(cls.KIND, metadata)
+        fields.convention("calling_convention", cls.CONVENTION)
+        names = fields.texts("param_names")
+        types = fields.texts("param_types", SCALAR_DTYPES)
+        if len(names) != len(types):
+            raise KindError(
+                cls.KIND,
+                "metadata.param_types",
+                f"has {len(types)} types for {len(names)} parameters (metadata.param_names)",
+            )
+        stablehlo = _member(payload, cls.KIND, "stablehlo")
+        try:
+            stablehlo.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise KindError(cls.KIND, "payload.stablehlo", f"is not UTF-8 text ({error})") from None
+        return cls(
+            param_names=names,
+            param_types=types,
+            result_type=fields.choice("result_type", SCALAR_DTYPES),
+            plugin_version=fields.text("plugin_version"),
+            stablehlo=stablehlo,
+        )
+
+
+@dataclass(frozen=True)
+class JaxExport:
+    """A ``@jax.jit`` function serialized by ``jax.export`` in the jax plugin's worker.
+
+    The export takes the entry's inputs as positional arrays, in order, and
+    no keyword arguments; its symbolic dims are the names and expressions of
+    the inputs' ``dims``. ``calling_convention_version`` is jax's own (of the
+    export), ``calling_convention`` this contract's.
+    """
+
+    KIND: ClassVar[str] = "jax.export"
+    #: ``export``: ``jax.export.Exported.serialize()``; ``stablehlo``: the
+    #: module's text, UTF-8, for people and tools (the runtime reads ``export``).
+    MEMBERS: ClassVar[tuple[str, ...]] = ("export", "stablehlo")
+    CONVENTION: ClassVar[int] = 1
+    #: How the inputs are sharded; the only layout staged so far.
+    IN_SHARDINGS: ClassVar[str] = "replicated"
+
+    jax_version: str
+    jaxlib_version: str
+    calling_convention_version: int
+    nr_devices: int
+    uses_shape_polymorphism: bool
+    export: bytes
+    stablehlo: bytes
+
+    def to_metadata(self) -> dict[str, Any]:
+        return {
+            "calling_convention": self.CONVENTION,
+            "calling_convention_version": self.calling_convention_version,
+            "in_shardings": self.IN_SHARDINGS,
+            "jax_version": self.jax_version,
+            "jaxlib_version": self.jaxlib_version,
+            "nr_devices": self.nr_devices,
+            "uses_shape_polymorphism": self.uses_shape_polymorphism,
+        }
+
+    def to_payload(self) -> dict[str, bytes]:
+        return {"export": self.export, "stablehlo": self.stablehlo}
+
+    @classmethod
+    def read(cls, entry: Entry) -> JaxExport:
+        """The entry's contract, or ``KindError`` naming the first field that is wrong."""
+        _check_kind(entry, cls.KIND)
+        return cls.from_mapping(entry.metadata, entry.payload)
+
+    @classmethod
+    def from_mapping(cls, metadata: Mapping[str, Any], payload: Mapping[str, bytes]) -> JaxExport:
+        """The inverse of ``to_metadata`` and ``to_payload``, validated."""
+        fields = _Fields(cls.KIND, metadata)
+        fields.convention("calling_convention", cls.CONVENTION)
+        shardings = fields.text("in_shardings")
+        if shardings != cls.IN_SHARDINGS:
+            raise KindError(
+                cls.KIND,
+                "metadata.in_shardings",
+                f"is {shardings!r}; this ppy reads {cls.IN_SHARDINGS!r} only",
+            )
+        return cls(
+            jax_version=fields.text("jax_version"),
+            jaxlib_version=fields.text("jaxlib_version"),
+            calling_convention_version=fields.integer("calling_convention_version"),
+            nr_devices=fields.integer("nr_devices"),
+            uses_shape_polymorphism=fields.flag("uses_shape_polymorphism"),
+            export=_member(payload, cls.KIND, "export"),
+            stablehlo=_member(payload, cls.KIND, "stablehlo"),
+        )
