@@ -262,3 +262,13 @@ def test_executables_are_cached_and_a_damaged_one_rebuilt(score_entry, cache_dir
     assert [e["event"] for e in events] == ["cache.corrupt", "cache.write"]
     assert list(third.ppy_stats.executables.values()) == ["compiled"]
     assert ExecutableCache().get(path.stem) is not None
+
+
+def test_an_entry_breaking_the_contract_is_not_bound_and_says_which_field(score_entry) -> None:
+    metadata = {k: v for k, v in score_entry.metadata.items() if k != "jaxlib_version"}
+    entry = dataclasses.replace(score_entry, metadata=metadata)
+    with pytest.raises(NotBound, match=r"metadata\.jaxlib_version is missing; rebuild"):
+        bind(entry, score)
+    older = dataclasses.replace(score_entry, metadata={**metadata, "calling_convention": 0})
+    with pytest.raises(NotBound, match=r"metadata\.calling_convention is 0"):
+        bind(older, score)
