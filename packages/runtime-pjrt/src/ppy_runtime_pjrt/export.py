@@ -16,7 +16,6 @@ executable for the new signature or calls the original and records why.
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,8 +27,6 @@ from ppy.runtime import NotBound
 from ppy_runtime_pjrt.guard import Fallback, Guard, Signature
 
 __all__ = ["CallStats", "ExportRuntime", "StagedFunction"]
-
-_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _log() -> Any:
@@ -322,12 +319,6 @@ def _check_description(entry: Entry, exported: Any) -> None:
                 f"input {index} is described as {spec} but the export takes "
                 f"{dtype}[{','.join(str(d) for d in dims)}]; rebuild the artifact"
             )
-        for dim in spec.dims:
-            if isinstance(dim, str) and not _SYMBOL.fullmatch(dim):
-                raise NotBound(
-                    f"input {index} has the dim expression {dim!r}; only symbol names "
-                    "are supported by this runtime"
-                )
 
 
 class ExportRuntime:
@@ -380,12 +371,15 @@ class ExportRuntime:
             cache: ExecutableCache | None = ExecutableCache()
         else:
             cache = self._cache or None
-        guard = Guard(
-            entry.inputs,
-            [jax.numpy.dtype(spec.dtype) for spec in entry.inputs],
-            array_types=(ArrayImpl, numpy.ndarray),
-            tracer_type=jax.core.Tracer,
-        )
+        try:
+            guard = Guard(
+                entry.inputs,
+                [jax.numpy.dtype(spec.dtype) for spec in entry.inputs],
+                array_types=(ArrayImpl, numpy.ndarray),
+                tracer_type=jax.core.Tracer,
+            )
+        except ValueError as error:
+            raise NotBound(f"the input description does not read: {error}; rebuild") from error
         loader = Executables(
             exported, payload=blob, cache=cache, module=entry.module, qualname=entry.qualname
         )

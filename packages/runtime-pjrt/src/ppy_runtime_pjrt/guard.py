@@ -2,8 +2,10 @@
 
 The staged path is only for positional arrays (concrete ``jax.Array`` or
 ``numpy.ndarray``) whose rank, fixed dims and dtype match the entry's input
-description and whose symbolic dims agree across arguments. Everything else
-goes to the original function with a ``Fallback`` that says why.
+description and whose symbolic dims fit one value of each symbol across
+arguments (``dims.solve``: ``B`` binds it, ``2*B`` or ``B + 1`` is checked
+against it or solved for it). Everything else goes to the original function
+with a ``Fallback`` that says why.
 
 This module is the slow path: it runs once per new call signature (and on
 every call that falls back). The steady-state check is a dict lookup in
@@ -19,6 +21,8 @@ from typing import Any
 
 from ppy.spec import TensorSpec
 
+from ppy_runtime_pjrt.dims import DimExpr, Unfit, Use, parse_dim, solve
+
 __all__ = ["Fallback", "Guard", "Signature"]
 
 #: The concrete (shape, dtype) of each positional argument.
@@ -31,8 +35,10 @@ _SCALARS = (bool, int, float, complex)
 class Fallback:
     """Why one call went to the original: a stable category and a sentence."""
 
-    #: keywords, tracer, scalar, list, type, count, rank, dim, dtype, symbolic,
-    #: size, or compile (the export refused the shape).
+    #: keywords, tracer, scalar, list, type, count, rank, dim, dtype, symbolic
+    #: (no one value of a symbol fits), size (a symbolic dim below 1, or a size
+    #: its expression cannot have, as 5 for ``2*B``), or compile (the export
+    #: refused the shape).
     category: str
     detail: str
 
@@ -46,7 +52,8 @@ class Guard:
 
     ``dtypes`` are the dtype objects of the specs (resolved by the caller, so
     that this module needs no jax); ``array_types`` the exact types that may
-    take the staged path; ``tracer_type`` jax's ``Tracer``.
+    take the staged path; ``tracer_type`` jax's ``Tracer``. A string dim that
+    is not a dimension expression raises ValueError here, at bind time.
     """
 
     def __init__(
@@ -61,6 +68,10 @@ class Guard:
         self.dtypes = tuple(dtypes)
         self.array_types = array_types
         self.tracer_type = tracer_type
+        self.dims: tuple[tuple[int | DimExpr, ...], ...] = tuple(
+            tuple(d if isinstance(d, int) else parse_dim(d) for d in spec.dims)
+            for spec in self.specs
+        )
 
     def check(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Signature | Fallback:
         """The call's signature if it may take the staged path, else why not."""
@@ -77,9 +88,11 @@ class Guard:
             return Fallback(
                 "count", f"called with {len(args)} arguments, staged for {len(self.specs)}"
             )
-        symbols: dict[str, tuple[int, str]] = {}
+        uses: list[Use] = []
         signature = []
-        for index, (arg, spec, dtype) in enumerate(zip(args, self.specs, self.dtypes, strict=True)):
+        for index, (arg, spec, dtype, dims) in enumerate(
+            zip(args, self.specs, self.dtypes, self.dims, strict=True)
+        ):
             name = _name(spec, index)
             if type(arg) not in self.array_types:
                 return _not_an_array(arg, name)
@@ -96,24 +109,19 @@ class Guard:
                 return Fallback(
                     "dtype", f"{name} is a weakly typed {arg.dtype} (made from a Python scalar)"
                 )
-            for axis, (size, dim) in enumerate(zip(shape, spec.dims, strict=True)):
+            for axis, (size, dim) in enumerate(zip(shape, dims, strict=True)):
                 if isinstance(dim, int):
                     if size != dim:
                         return Fallback(
                             "dim", f"{name} has {size} in dim {axis}, staged for {dim} ({spec})"
                         )
-                    continue
-                if size < 1:
-                    return Fallback(
-                        "size", f"{name} has {size} for {dim} in dim {axis}; staged for {dim} >= 1"
-                    )
-                seen = symbols.setdefault(dim, (size, name))
-                if seen[0] != size:
-                    return Fallback(
-                        "symbolic",
-                        f"{dim} is {seen[0]} in {seen[1]} but {size} in {name}",
-                    )
+                else:
+                    uses.append(Use(dim, size, name, axis))
             signature.append((shape, arg.dtype))
+        if uses:
+            solved = solve(uses)
+            if isinstance(solved, Unfit):
+                return Fallback(solved.category, solved.detail)
         return tuple(signature)
 
 
