@@ -125,6 +125,7 @@ def _export(
 ) -> dict[str, Any]:
     import jax
     from jax import export
+    from ppy.kinds import JaxExport
 
     fn: Any = module
     for part in function["qualname"].split("."):
@@ -135,8 +136,6 @@ def _export(
     targets = platforms or [jax.default_backend()]
     specs = _specs(function)
     exported = export.export(fn, platforms=targets)(*specs)
-    from ppy.kinds import JaxExport
-
     contract = JaxExport(
         jax_version=jax.__version__,
         jaxlib_version=importlib.import_module("jaxlib").__version__,
