@@ -79,15 +79,17 @@ def test_hit_miss_and_write_are_events(cache_dir: Path) -> None:
 def test_stats_clear_and_summary(cache_dir: Path) -> None:
     cache = ExecutableCache()
     assert cache.stats() == (0, 0)
-    assert "0 executables" in render_cache_summary()
+    assert "0 staged executables" in render_cache_summary()
     cache.put(KEY, b"x" * 2048)
     cache.put(OTHER, b"y")
+    cache.unstaged().put(KEY, b"z")
     (cache_dir / ".tmp-abandoned.exe").write_bytes(b"half")
     assert cache.stats()[0] == 2
     summary = render_cache_summary()
-    assert str(cache_dir) in summary and "2 executables" in summary and "KiB" in summary
-    assert cache.clear() == 2
-    assert list(cache_dir.iterdir()) == []
+    assert str(cache_dir) in summary and "2 staged executables" in summary and "KiB" in summary
+    assert "1 unstaged computation " in summary
+    assert cache.clear() == 3
+    assert list(cache_dir.rglob("*.exe")) == []
     assert cache.stats() == (0, 0)
 
 

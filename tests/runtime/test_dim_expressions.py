@@ -138,7 +138,7 @@ def test_fitting_sizes_take_the_staged_path_and_others_fall_back_with_the_reason
     (product,) = _of(events, "run.fallback", "outer")
     assert product["reason"] == "B*C is 6 for B = 2, C = 3 but m has 5 in dim 0"
     # One executable per staged signature: (2, 3) and (6, 3), and one each for the others.
-    assert "4 executables," in cache
+    assert "4 staged executables," in cache
 
 
 # The solver on its own: what it binds, solves and refuses, for shapes a call could have.

@@ -28,6 +28,7 @@ from typing import Any
 
 __all__ = [
     "CACHE_ENV",
+    "UNSTAGED",
     "ExecutableCache",
     "cache_dir",
     "executable_key",
@@ -35,6 +36,10 @@ __all__ = [
 ]
 
 CACHE_ENV = "PPY_CACHE_DIR"
+#: The subdirectory for computations a program compiles that were not staged
+#: (eager ops, fallbacks), kept apart so that counts of staged executables
+#: stay what they say.
+UNSTAGED = "unstaged"
 
 #: First line of every cache file; the format version is in it, so a later
 #: layout never misreads an older file (it reads as corrupt and is rebuilt).
@@ -143,9 +148,14 @@ class ExecutableCache:
             entries += 1
         return entries, total
 
+    def unstaged(self) -> ExecutableCache:
+        """The cache of unstaged computations beside this one."""
+        return ExecutableCache(self.directory / UNSTAGED)
+
     def clear(self) -> int:
-        """Delete every cached executable (and stray temporary files); how many."""
-        removed = 0
+        """Delete every cached executable, unstaged ones included (and stray
+        temporary files); how many."""
+        removed = self.unstaged().clear() if self.directory.name != UNSTAGED else 0
         for path in self._files(temporary=True):
             try:
                 path.unlink()
@@ -180,4 +190,9 @@ def render_cache_summary(cache: ExecutableCache | None = None) -> str:
     cache = cache if cache is not None else ExecutableCache()
     entries, total = cache.stats()
     noun = "executable" if entries == 1 else "executables"
-    return f"executable cache: {cache.directory}\n  {entries} {noun}, {_size(total)}"
+    unstaged, unstaged_total = cache.unstaged().stats()
+    other = "computation" if unstaged == 1 else "computations"
+    return (
+        f"executable cache: {cache.directory}\n  {entries} staged {noun}, {_size(total)}\n"
+        f"  {unstaged} unstaged {other} (eager ops, fallbacks), {_size(unstaged_total)}"
+    )

@@ -79,12 +79,21 @@ def run_program(
     finally:
         sys.stdout.flush()
         finder.remove()
+        _close(runtimes)
         sys.argv = saved_argv
         if saved_path0 is not None:
             sys.path[0] = saved_path0
         if saved_main is not None:
             sys.modules["__main__"] = saved_main
     return 0
+
+
+def _close(runtimes: Mapping[str, Runtime]) -> None:
+    """Let each runtime undo what its binding set up (the optional ``close``)."""
+    for runtime in runtimes.values():
+        close = getattr(runtime, "close", None)
+        if callable(close):
+            close()
 
 
 def _exit_code(done: SystemExit) -> int:

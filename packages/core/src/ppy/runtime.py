@@ -6,6 +6,9 @@ entry whose function has just been defined, ``ppy run`` calls ``bind`` with
 the entry and the original (decorated) callable; what it returns is bound in
 the original's place. The returned callable must fall back to ``original``
 for any call it cannot serve, and never change what the caller observes.
+
+A runtime may also define ``close()``, which ``ppy run`` calls once the
+program has ended, to undo what binding set up for the process.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ import jax
 from jax.experimental import serialize_executable
 from ppy.cache import CACHE_ENV, ExecutableCache, executable_key
 
+from ppy_runtime_pjrt import unstaged
 from ppy_runtime_pjrt.guard import Signature
 
 __all__ = ["Executables", "CompileRefused", "fast_call"]
@@ -145,7 +146,8 @@ class Executables:
     def _compile(self, signature: Signature) -> Any:
         shapes = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in signature]
         try:
-            return jax.jit(self.exported.call).lower(*shapes).compile()
+            with unstaged.staging():
+                return jax.jit(self.exported.call).lower(*shapes).compile()
         except Exception as error:
             lines = str(error).splitlines() or [""]
             raise CompileRefused(f"{type(error).__name__}: {lines[0]}") from error

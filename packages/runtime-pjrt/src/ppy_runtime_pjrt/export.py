@@ -24,6 +24,7 @@ from ppy.entry import Entry
 from ppy.kinds import JaxExport, KindError
 from ppy.runtime import NotBound
 
+from ppy_runtime_pjrt import unstaged
 from ppy_runtime_pjrt.guard import Fallback, Guard, Signature
 
 __all__ = ["CallStats", "ExportRuntime", "StagedFunction"]
@@ -328,6 +329,10 @@ class ExportRuntime:
         # None: the per-user cache, created on first use; False: no disk cache.
         self._cache = cache
 
+    def close(self) -> None:
+        """The program has ended: jax's compile step is its own again."""
+        unstaged.uninstall()
+
     def bind(self, entry: Entry, original: Callable[..., Any]) -> Callable[..., Any]:
         import jax
         import numpy
@@ -371,6 +376,8 @@ class ExportRuntime:
             cache: ExecutableCache | None = ExecutableCache()
         else:
             cache = self._cache or None
+        if cache is not None:
+            unstaged.install(cache.unstaged())
         try:
             guard = Guard(
                 entry.inputs,

@@ -1,0 +1,229 @@
+"""A warm compile cache for what stays unstaged: eager ops, fallbacks, unstaged jits.
+
+A program compiles more than its staged functions: every eager op
+(``jnp.arange``, ``reshape``, iterating over an array) and every jitted
+function ppy did not stage is compiled by XLA afresh at each start, some
+tens of milliseconds apiece. jax's persistent compilation cache would keep
+them, but turning it on means setting the program's JAX config flags
+(``jax_compilation_cache_dir`` and a minimum compile time of 0), and ppy
+does not change a program's flags.
+
+So while a program with bound ``jax.export`` entries runs, jax's compile
+step (``jax._src.compiler.compile_or_get_cached``, which every ``jit``
+lowering and eager op goes through) is wrapped. For a computation jax's own
+cache would not serve, the wrapper looks the computation up in ppy's
+per-user executable cache under jax's own cache key (the module, devices,
+compile options, backend and jaxlib versions), loads it with the backend's
+``deserialize_executable`` on a hit, and on a miss compiles as jax would and
+stores the serialized executable. What runs is the executable XLA would have
+compiled from the same module with the same options, so numerics do not
+change.
+
+The wrapper steps aside, per compile, whenever jax's own persistent cache is
+in use (the program or its environment set a cache dir, at any time) or
+disabled (``jax_enable_compilation_cache`` off), for host callbacks, PGLE
+profiling, multi-process runs, and for the runtime's own compiles of staged
+entries (cached under their entry keys). ``PPY_UNSTAGED_CACHE=0`` turns it
+off. If this jax's compile step is not the one this module knows, nothing is
+wrapped and ``run.unstaged_off`` says why. Each lookup is a debug event,
+``cache.unstaged``, naming the computation and where it came from.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import inspect
+import os
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ppy.cache import ExecutableCache
+
+__all__ = ["ENV", "install", "staging", "uninstall"]
+
+#: Set to 0 (or off, false, no) to compile unstaged computations as jax would.
+ENV = "PPY_UNSTAGED_CACHE"
+
+#: The parameters of the compile step this module wraps, in order.
+_PARAMETERS = (
+    "backend",
+    "computation",
+    "devices",
+    "compile_options",
+    "host_callbacks",
+    "executable_devices",
+    "pgle_profiler",
+)
+_MARK = "__ppy_unstaged__"
+_state = threading.local()
+#: Where the wrapper keeps executables; None while it is not installed.
+_cache: ExecutableCache | None = None
+
+
+def _log() -> Any:
+    from ppy.log import get_logger
+
+    return get_logger()
+
+
+@contextlib.contextmanager
+def staging() -> Iterator[None]:
+    """Compiles inside are the runtime's own, for staged entries: not cached here."""
+    previous = getattr(_state, "staging", False)
+    _state.staging = True
+    try:
+        yield
+    finally:
+        _state.staging = previous
+
+
+def install(cache: ExecutableCache) -> bool:
+    """Wrap jax's compile step for this run, keeping executables in ``cache``;
+    whether it is wrapped."""
+    global _cache
+    if os.environ.get(ENV, "1").strip().lower() in ("0", "off", "false", "no"):
+        return False
+    from jax._src import compiler
+
+    original = compiler.compile_or_get_cached
+    if not getattr(original, _MARK, False):
+        reason = _unknown_step(original)
+        if reason is not None:
+            _log().info("run.unstaged_off", reason=reason)
+            return False
+        compiler.compile_or_get_cached = _wrapped(original)
+    _cache = cache
+    return True
+
+
+def uninstall() -> None:
+    """Give jax its own compile step back (when the program has ended)."""
+    global _cache
+    _cache = None
+    import sys
+
+    compiler = sys.modules.get("jax._src.compiler")
+    step = getattr(compiler, "compile_or_get_cached", None)
+    if step is not None and getattr(step, _MARK, False):
+        compiler.compile_or_get_cached = step.__wrapped__  # type: ignore[union-attr]
+
+
+def _unknown_step(step: Callable[..., Any]) -> str | None:
+    try:
+        names = tuple(inspect.signature(step).parameters)
+    except (TypeError, ValueError):
+        names = ()
+    if names != _PARAMETERS:
+        return f"this jax's compile step takes ({', '.join(names)}), not the one ppy knows"
+    return None
+
+
+def _wrapped(original: Callable[..., Any]) -> Callable[..., Any]:
+    from jax._src import compilation_cache, config
+
+    @functools.wraps(original)
+    def compile_or_get_cached(
+        backend: Any,
+        computation: Any,
+        devices: Any,
+        compile_options: Any,
+        host_callbacks: Any,
+        executable_devices: Any,
+        pgle_profiler: Any = None,
+    ) -> Any:
+        def compile_() -> Any:
+            return original(
+                backend,
+                computation,
+                devices,
+                compile_options,
+                host_callbacks,
+                executable_devices,
+                pgle_profiler,
+            )
+
+        cache = _cache
+        if (
+            cache is None
+            or getattr(_state, "staging", False)
+            or host_callbacks
+            or pgle_profiler is not None
+            or compilation_cache.is_persistent_cache_enabled()
+            or not config.enable_compilation_cache.value
+            or len({d.process_index for d in devices.flat}) > 1
+        ):
+            return compile_()
+        name = _name(computation)
+        try:
+            key = _key(computation, devices, compile_options, backend)
+        except Exception as error:  # a module jax cannot key is compiled as jax would
+            _skip(name, error)
+            return compile_()
+        data = cache.get(key)
+        if data is not None:
+            try:
+                executable = backend.deserialize_executable(
+                    data, executable_devices, compile_options
+                )
+            except Exception as error:
+                _log().warning(
+                    "cache.unloadable",
+                    key=key,
+                    error=f"{type(error).__name__}: {error}",
+                    remedy="it is compiled again",
+                )
+                (cache.directory / f"{key}.exe").unlink(missing_ok=True)
+            else:
+                _log().debug("cache.unstaged", computation=name, source="cache")
+                return executable
+        executable = compile_()
+        if _store(cache, key, name, executable, backend):
+            _log().debug("cache.unstaged", computation=name, source="compiled")
+        return executable
+
+    setattr(compile_or_get_cached, _MARK, True)
+    return compile_or_get_cached
+
+
+def _key(computation: Any, devices: Any, compile_options: Any, backend: Any) -> str:
+    """jax's own cache key for the computation, made a cache file name."""
+    from jax._src import cache_key
+
+    jax_key = cache_key.get(computation, devices, compile_options, backend, "none")
+    return hashlib.sha256(f"unstaged\n{jax_key}".encode()).hexdigest()
+
+
+def _name(computation: Any) -> str:
+    """The module's name as jax gives it (``jit_iota``, ``jit_forward``)."""
+    try:
+        return str(computation.operation.attributes["sym_name"]).strip('"')
+    except Exception:  # a name is only for the log
+        return "?"
+
+
+def _skip(name: str, error: Exception) -> None:
+    _log().debug("cache.unstaged_skip", computation=name, reason=f"{type(error).__name__}: {error}")
+
+
+def _store(cache: ExecutableCache, key: str, name: str, executable: Any, backend: Any) -> bool:
+    """Whether the executable is now in the cache."""
+    try:
+        serialize = getattr(executable, "serialize", None)
+        data = serialize() if serialize is not None else backend.serialize_executable(executable)
+    except Exception as error:  # some executables (host callbacks, ...) do not serialize
+        _skip(name, error)
+        return False
+    try:
+        cache.put(key, bytes(data))
+    except OSError as error:
+        _log().warning(
+            "cache.unwritable",
+            path=str(cache.directory),
+            error=str(error),
+            remedy="set PPY_CACHE_DIR to a writable directory",
+        )
+        return False
+    return True

@@ -1,0 +1,132 @@
+"""Eager ops and other unstaged computations are compiled once, then loaded.
+
+Under ``ppy run`` a program's eager ops (``jnp.arange``, ``reshape``,
+iterating over an array) come from ppy's per-user cache from the second run
+on, with the program's JAX config flags as ``python`` sees them and the same
+output. Where the program's environment turns on jax's own persistent cache,
+or ``PPY_UNSTAGED_CACHE=0`` is set, ppy steps aside.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+Run = Callable[..., subprocess.CompletedProcess[str]]
+
+PROGRAM = """\
+from typing import Annotated
+
+import jax
+import jax.numpy as jnp
+
+import ppy
+
+Rows = Annotated[jax.Array, ppy.Shape("B", 3), ppy.DType("float32")]
+
+
+@jax.jit
+def total(x: Rows) -> jax.Array:
+    return jnp.sum(x, axis=-1)
+
+
+if __name__ == "__main__":
+    x = jnp.sin(jnp.arange(6, dtype=jnp.float32)).reshape(2, 3)
+    print(jax.config.jax_compilation_cache_dir)
+    print(jax.config.jax_persistent_cache_min_compile_time_secs)
+    print([round(float(v), 6) for v in total(x)])
+"""
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The program, built once with the real ``ppy build``."""
+    from tests.conftest import PERMISSIONS
+
+    root = tmp_path_factory.mktemp("unstaged")
+    (root / "pyproject.toml").write_text(PERMISSIONS)
+    (root / "model.ppy").write_text(PROGRAM)
+    built = subprocess.run(
+        [sys.executable, "-m", "ppy", "build", str(root)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PPY_CACHE_DIR": str(root / "build-cache")},
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert "exported" in built.stdout
+    return root
+
+
+def _plain(project: Path, **env: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "model.ppy"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, **env},
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _run(ppy: Run, project: Path, **env: str) -> tuple[str, list[dict[str, Any]]]:
+    done = ppy("-vv", "--log-format", "json", "run", "--no-build", "model.ppy", cwd=project, **env)
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(ln) for ln in done.stderr.splitlines() if ln.startswith("{")]
+    return done.stdout, events
+
+
+def _unstaged(events: list[dict[str, Any]]) -> dict[str, str]:
+    return {e["computation"]: e["source"] for e in events if e["event"] == "cache.unstaged"}
+
+
+def test_eager_ops_are_loaded_from_the_cache_on_the_second_run(
+    project: Path, ppy: Run, cache_dir: Path
+) -> None:
+    plain = _plain(project)
+
+    first, first_events = _run(ppy, project)
+    second, second_events = _run(ppy, project)
+
+    assert first == second == plain  # flags as python sees them, and the same numbers
+    assert any(e["event"] == "run.bind" for e in first_events)
+    compiled = _unstaged(first_events)
+    assert {"jit_iota", "jit_sin", "jit_reshape"} <= set(compiled)
+    assert set(compiled.values()) == {"compiled"}
+    assert _unstaged(second_events) == dict.fromkeys(compiled, "cache")
+
+
+def test_a_program_with_jax_s_own_cache_keeps_it(
+    project: Path, ppy: Run, cache_dir: Path, tmp_path: Path
+) -> None:
+    jax_cache = tmp_path / "jax-cache"
+    env = {
+        "JAX_COMPILATION_CACHE_DIR": str(jax_cache),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    }
+
+    out, events = _run(ppy, project, **env)
+
+    assert out == _plain(project, **env)
+    assert str(jax_cache) in out.splitlines()[0]
+    assert _unstaged(events) == {}
+    assert any(jax_cache.iterdir())  # jax wrote its own entries
+
+
+def test_ppy_unstaged_cache_0_compiles_as_jax_would(
+    project: Path, ppy: Run, cache_dir: Path
+) -> None:
+    out, events = _run(ppy, project, PPY_UNSTAGED_CACHE="0")
+
+    assert out == _plain(project)
+    assert _unstaged(events) == {}
+    assert any(e["event"] == "run.bind" for e in events)
