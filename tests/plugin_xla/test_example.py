@@ -1,4 +1,4 @@
-"""examples/xla_scalar prints the same under python and under ppy run, compiled."""
+"""examples/40_xla_scalar prints the same under python and under ppy run, compiled."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "xla_scalar"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "40_xla_scalar"
 
 
 def test_example_prints_the_same_under_python_and_ppy_run(tmp_path: Path, ppy) -> None:
-    project = tmp_path / "xla_scalar"
+    project = tmp_path / "40_xla_scalar"
     shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns(".ppy"))
     plain = subprocess.run(
         [sys.executable, "model.ppy"], cwd=project, capture_output=True, text=True, check=False
