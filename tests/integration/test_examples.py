@@ -1,8 +1,16 @@
-"""Every program under examples/ prints the same under ``python`` and ``ppy run``."""
+"""Every example under examples/ prints the same under ``python`` and ``ppy run``.
+
+Each numbered example (``examples/NN_name/model.ppy``) is copied, run under
+plain Python, built once with ``ppy build``, and run with ``ppy run``: stdout
+must be identical and something must have been bound. The third-party plugin
+example is installed for real with pip and used by a project of its own.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -13,33 +21,97 @@ import pytest
 
 from tests.conftest import EXAMPLES
 
-PROGRAMS = sorted(
+NUMBERED = sorted(
     p
-    for p in EXAMPLES.rglob("*.ppy")
-    if p.is_file() and 'if __name__ == "__main__":' in p.read_text()
+    for p in EXAMPLES.iterdir()
+    if re.fullmatch(r"\d\d_\w+", p.name) and (p / "model.ppy").is_file()
 )
+IGNORE = shutil.ignore_patterns(".ppy", "__pycache__", "build", "*.egg-info")
 
 
-@pytest.mark.parametrize("program", PROGRAMS, ids=lambda p: str(p.relative_to(EXAMPLES)))
-def test_ppy_run_prints_what_python_prints(
-    program: Path, tmp_path: Path, ppy: Callable[..., subprocess.CompletedProcess[str]]
-) -> None:
-    folder = tmp_path / program.parent.name
-    shutil.copytree(program.parent, folder, ignore=shutil.ignore_patterns(".ppy", "__pycache__"))
-    copy = folder / program.name
-    plain = subprocess.run(
-        [sys.executable, str(copy)],
-        cwd=folder,
+def _python(program: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, program.name],
+        cwd=program.parent,
         capture_output=True,
         text=True,
-        env=os.environ.copy(),
+        env={**os.environ, **env},
         check=False,
     )
+
+
+def _bound(stderr: str) -> set[str]:
+    events = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    return {e["function"] for e in events if e["event"] == "run.bind"}
+
+
+def test_every_numbered_example_has_a_readme_and_a_pyproject() -> None:
+    assert len(NUMBERED) >= 6
+    for folder in NUMBERED:
+        assert (folder / "pyproject.toml").is_file(), folder
+        readme = (folder / "README.md").read_text()
+        assert "python model.ppy" in readme and "ppy run model.ppy" in readme, folder
+
+
+@pytest.mark.parametrize("example", NUMBERED, ids=lambda p: p.name)
+def test_ppy_run_prints_what_python_prints(
+    example: Path, tmp_path: Path, ppy: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    folder = tmp_path / example.name
+    shutil.copytree(example, folder, ignore=IGNORE)
+    program = folder / "model.ppy"
+    plain = _python(program)
     assert plain.returncode == 0, plain.stderr
-    staged = ppy("-v", "run", str(copy), cwd=folder)
-    assert staged.returncode == plain.returncode, staged.stderr
+    built = ppy("build", cwd=folder)
+    assert built.returncode == 0, built.stdout + built.stderr
+    staged = ppy("-v", "--log-format", "json", "run", "model.ppy", cwd=folder)
+    assert staged.returncode == 0, staged.stderr
     assert staged.stdout == plain.stdout
-    assert "run.bind" in staged.stderr, "nothing was staged and bound"
-    again = ppy("run", str(copy), cwd=folder)
+    assert _bound(staged.stderr), "nothing was staged and bound"
+    again = ppy("run", "model.ppy", cwd=folder)
     assert again.stdout == plain.stdout
     assert again.stderr == "", "a warm run with a current artifact should say nothing"
+    readme = (example / "README.md").read_text()
+    assert plain.stdout.strip() in readme, "the README shows what the example prints"
+
+
+def test_the_third_party_plugin_example_installs_builds_and_runs(
+    tmp_path: Path, ppy: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    source = tmp_path / "plugin"
+    shutil.copytree(EXAMPLES / "third_party_plugin", source, ignore=IGNORE)
+    site = tmp_path / "site"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(site),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    env = {"PYTHONPATH": str(site)}
+    listed = ppy("plugins", **env)
+    assert "ppy-plugin-tabulate 0.1.0" in listed.stdout and "FAILED" not in listed.stdout
+    project = source / "project"
+    plain = _python(project / "model.ppy", **env)
+    assert plain.returncode == 0, plain.stderr
+    built = ppy("build", cwd=project, **env)
+    assert built.returncode == 0, built.stdout + built.stderr
+    line = next(ln for ln in built.stdout.splitlines() if " collatz_steps " in ln)
+    assert "tabulated" in line and "tabulate.table" in line, line
+    staged = ppy("-v", "--log-format", "json", "run", "model.ppy", cwd=project, **env)
+    assert staged.returncode == 0, staged.stderr
+    assert staged.stdout == plain.stdout
+    assert _bound(staged.stderr) == {"collatz_steps"}
+    # Without the permission the plugin's function stays, and the build says why.
+    (project / "pyproject.toml").write_text('[project]\nname = "tabulate-example"\n')
+    denied = ppy("build", cwd=project, **env)
+    assert "stays" in denied.stdout and "allow-tabulate = true" in denied.stdout, denied.stdout

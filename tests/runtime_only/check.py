@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "25_jax_export"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "50_runtime_only"
 
 
 def run(*command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
