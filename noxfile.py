@@ -5,13 +5,14 @@
 - typecheck: mypy, strict on core.
 - runtime_only: a venv with only ppy-core and ppy-runtime-pjrt runs an artifact
   built in another venv.
+- docs: the site under docs/, built with mkdocs --strict (its hooks import ppy).
 """
 
 from __future__ import annotations
 
 import nox
 
-nox.options.sessions = ["lint", "typecheck", "tests", "runtime_only"]
+nox.options.sessions = ["lint", "typecheck", "tests", "runtime_only", "docs"]
 nox.options.reuse_existing_virtualenvs = True
 
 CORE = "./packages/core"
@@ -46,3 +47,10 @@ def runtime_only(session: nox.Session) -> None:
     session.run(f"{builder}/bin/python", "-m", "pip", "install", "-q", *PACKAGES, external=True)
     session.install(CORE, RUNTIME)
     session.run("python", "tests/runtime_only/check.py", "--build-python", f"{builder}/bin/python")
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """Build the site; a broken link, a missing page or missing results fail it."""
+    session.install("mkdocs", "mkdocs-material", *PACKAGES)
+    session.run("mkdocs", "build", "--strict", "--site-dir", session.create_tmp() + "/site")

@@ -1,0 +1,56 @@
+"""mkdocs hooks: the parts of the site that are read from the code and the results.
+
+Markers in a page are replaced when the site is built, so the text cannot
+drift from what it describes:
+
+- ``<!-- ppy:policy-rules -->``: core's policy rules, from ``ppy.policy.RULES``.
+- ``<!-- ppy:benchmarks -->``: ``benchmarks/results/latest.md`` and the plots
+  beside it. A missing results file fails the (strict) build.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def _policy_rules() -> str:
+    from ppy.policy import RULES
+
+    rows = ["| order | rule | passes when |", "| --- | --- | --- |"]
+    rows += [f"| {i} | `{rule}` | {what} |" for i, (rule, what) in enumerate(RULES.items(), 1)]
+    return "\n".join(rows)
+
+
+def _benchmarks() -> str:
+    latest = RESULTS / "latest.md"
+    if not latest.is_file():
+        raise FileNotFoundError(
+            f"{latest} is missing: run the benchmark runner (see benchmarks/README.md) "
+            "and commit its results"
+        )
+    plots = sorted(RESULTS.glob("*.png"))
+    figures = [f"![{p.stem}](results/{p.name})" for p in plots]
+    return "\n\n".join([latest.read_text().strip(), *figures])
+
+
+MARKERS = {"<!-- ppy:policy-rules -->": _policy_rules, "<!-- ppy:benchmarks -->": _benchmarks}
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    for marker, render in MARKERS.items():
+        if marker in markdown:
+            markdown = markdown.replace(marker, render())
+    return markdown
+
+
+def on_files(files: Any, config: Any) -> Any:
+    """Serve the benchmark plots at ``results/NAME.png``, where the page links them."""
+    from mkdocs.structure.files import File
+
+    for plot in sorted(RESULTS.glob("*.png")):
+        files.append(File.generated(config, f"results/{plot.name}", abs_src_path=str(plot)))
+    return files
