@@ -30,7 +30,9 @@ def tests(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     session.install("ruff")
-    session.run("ruff", "check", "packages", "tests", "benchmarks", "noxfile.py")
+    session.run(
+        "ruff", "check", "packages", "tests", "benchmarks", "examples", "docs", "noxfile.py"
+    )
 
 
 @nox.session(python=PYTHON)

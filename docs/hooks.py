@@ -3,13 +3,15 @@
 Markers in a page are replaced when the site is built, so the text cannot
 drift from what it describes:
 
-- ``<!-- ppy:policy-rules -->``: core's policy rules, from ``ppy.policy.RULES``.
+- ``<!-- ppy:policy-rules -->``: every policy rule with the reason and remedy
+  the code gives, decided on samples by the real policy (``docs/rules.py``).
 - ``<!-- ppy:benchmarks -->``: ``benchmarks/results/latest.md`` and the plots
   beside it. A missing results file fails the (strict) build.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +20,12 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 
 def _policy_rules() -> str:
-    from ppy.policy import RULES
-
-    rows = ["| order | rule | passes when |", "| --- | --- | --- |"]
-    rows += [f"| {i} | `{rule}` | {what} |" for i, (rule, what) in enumerate(RULES.items(), 1)]
-    return "\n".join(rows)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    try:
+        import rules
+    finally:
+        sys.path.pop(0)
+    return rules.table()
 
 
 def _benchmarks() -> str:
