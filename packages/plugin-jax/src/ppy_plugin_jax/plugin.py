@@ -102,6 +102,7 @@ class JaxExportPlugin:
                     f"platforms {platforms!r} must be a non-empty list of {', '.join(PLATFORMS)}",
                     path=path,
                     key="tool.ppy.plugins.jax.platforms",
+                    remedy='write platforms = ["cpu"], say, or remove it for the default backend',
                 )
             settings["platforms"] = sorted(set(platforms), key=PLATFORMS.index)
         if settings["export-timeout"] <= 0:
@@ -109,6 +110,7 @@ class JaxExportPlugin:
                 f"export-timeout must be a number of seconds > 0, got {settings['export-timeout']}",
                 path=path,
                 key="tool.ppy.plugins.jax.export-timeout",
+                remedy="give a positive number of seconds, or remove it for 120",
             )
         if settings["export-memory-limit"] <= 0:
             raise ConfigError(
@@ -116,6 +118,7 @@ class JaxExportPlugin:
                 f"got {settings['export-memory-limit']}",
                 path=path,
                 key="tool.ppy.plugins.jax.export-memory-limit",
+                remedy="give a positive number of megabytes, or remove it for 8192",
             )
         return settings
 
