@@ -553,9 +553,24 @@ def _unique_keys(pairs: Sequence[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
+#: Members are inflated this many bytes at a time.
+_CHUNK = 1 << 20
+
+
 def _read_member(r: _Reader, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
+    """The member's bytes, inflated a chunk at a time.
+
+    ``ZipFile.read`` asks zlib for everything at once and only then cuts the
+    result to the header's size, so a member whose header understates it
+    would be inflated whole first; reading in chunks keeps the memory to the
+    declared size, and the CRC check at the end refuses the member.
+    """
+    parts: list[bytes] = []
     try:
-        return archive.read(info)
+        with archive.open(info) as stream:
+            while chunk := stream.read(_CHUNK):
+                parts.append(chunk)
+        return b"".join(parts)
     except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, OSError) as error:
         r.fail(f"the archive member is damaged ({_describe(error)})", member=info.filename)
     except (NotImplementedError, RuntimeError) as error:
