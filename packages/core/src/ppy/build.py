@@ -99,9 +99,9 @@ def read_previous(config: Config) -> Artifact | None:
     try:
         return read_artifact(config.artifact)
     except ArtifactError as error:
-        # Info, not a warning: the build replaces it, and a `ppy run` that
-        # rebuilds has already said why once (run.artifact_unreadable).
-        get_logger().info("build.previous_unreadable", path=str(config.artifact), error=str(error))
+        get_logger().warning(
+            "build.previous_unreadable", path=str(config.artifact), error=str(error)
+        )
         return None
 
 
