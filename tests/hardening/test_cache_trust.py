@@ -113,12 +113,18 @@ def test_the_cache_directory_is_created_private_whatever_the_umask(
 ) -> None:
     root, _, plain = warm
     cache = tmp_path / "fresh" / "cache"
+    # The umask is set by a shell, not a preexec_fn: this process may hold jax's threads.
     run = subprocess.run(
-        [sys.executable, "-m", "ppy", "run", str(root / "model.ppy")],
+        [
+            "sh",
+            "-c",
+            'umask 0 && exec "$0" -m ppy run "$1"',
+            sys.executable,
+            str(root / "model.ppy"),
+        ],
         capture_output=True,
         text=True,
         env={**os.environ, "PPY_CACHE_DIR": str(cache)},
-        preexec_fn=lambda: os.umask(0),
         check=False,
     )
     assert (run.returncode, run.stdout) == (0, plain), run.stderr
