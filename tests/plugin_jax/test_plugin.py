@@ -87,7 +87,12 @@ def test_importing_the_plugin_does_not_import_jax() -> None:
 
 def test_settings_default_to_off_and_the_build_machines_backend() -> None:
     settings = JaxExportPlugin().validate_settings({}, "pyproject.toml")
-    assert settings == {"allow-build-export": False, "platforms": None, "export-timeout": 120.0}
+    assert settings == {
+        "allow-build-export": False,
+        "platforms": None,
+        "export-timeout": 120.0,
+        "export-memory-limit": 8192,
+    }
     settings = JaxExportPlugin().validate_settings(
         {"allow-build-export": True, "platforms": ["tpu", "cpu", "cpu"], "export-timeout": 3},
         "pyproject.toml",
@@ -104,6 +109,8 @@ def test_settings_default_to_off_and_the_build_machines_backend() -> None:
         ({"platforms": "cpu"}, "platforms", "array"),
         ({"export-timeout": 0}, "export-timeout", "> 0"),
         ({"export-timeout": "10"}, "export-timeout", "float"),
+        ({"export-memory-limit": 0}, "export-memory-limit", "> 0"),
+        ({"export-memory-limit": 1.5}, "export-memory-limit", "integer"),
         ({"timeout": 3}, "timeout", "unknown key"),
     ],
 )

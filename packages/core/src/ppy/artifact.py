@@ -27,6 +27,7 @@ import json
 import os
 import re
 import secrets
+import stat
 import zipfile
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
@@ -44,6 +45,8 @@ __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
     "MANIFEST",
+    "MEMBER_SIZE_LIMIT",
+    "ARCHIVE_SIZE_LIMIT",
     "READABLE_VERSIONS",
     "Artifact",
     "ArtifactError",
@@ -61,6 +64,12 @@ FORMAT_VERSION = 1
 #: The versions this reader understands; anything else is refused.
 READABLE_VERSIONS: tuple[int, ...] = (1,)
 MANIFEST = "manifest.json"
+#: The most bytes one member may hold once decompressed, and the most all of
+#: them together may, checked against the archive's headers before anything
+#: is decompressed: a zip bomb is refused, not inflated. An export of a
+#: function with large constants is still far below them.
+MEMBER_SIZE_LIMIT = 1 << 30
+ARCHIVE_SIZE_LIMIT = 4 << 30
 
 #: 1980-01-01 is the earliest time a zip header can hold.
 _EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -544,9 +553,24 @@ def _unique_keys(pairs: Sequence[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
+#: Members are inflated this many bytes at a time.
+_CHUNK = 1 << 20
+
+
 def _read_member(r: _Reader, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
+    """The member's bytes, inflated a chunk at a time.
+
+    ``ZipFile.read`` asks zlib for everything at once and only then cuts the
+    result to the header's size, so a member whose header understates it
+    would be inflated whole first; reading in chunks keeps the memory to the
+    declared size, and the CRC check at the end refuses the member.
+    """
+    parts: list[bytes] = []
     try:
-        return archive.read(info)
+        with archive.open(info) as stream:
+            while chunk := stream.read(_CHUNK):
+                parts.append(chunk)
+        return b"".join(parts)
     except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, OSError) as error:
         r.fail(f"the archive member is damaged ({_describe(error)})", member=info.filename)
     except (NotImplementedError, RuntimeError) as error:
@@ -568,15 +592,58 @@ def _open(r: _Reader, data: bytes) -> zipfile.ZipFile:
         )
 
 
-def _members(r: _Reader, archive: zipfile.ZipFile) -> dict[str, zipfile.ZipInfo]:
-    """The archive's members by name, once each name is known to be safe and unique."""
+def _file_type(info: zipfile.ZipInfo) -> str | None:
+    """What a member is other than a plain file (a link, a folder, a device), or None.
+
+    Unix writers keep the file's mode in the high half of ``external_attr``;
+    a mode without a file type (other writers) reads as a plain file.
+    """
+    mode = info.external_attr >> 16
+    kind = stat.S_IFMT(mode)
+    if kind in (0, stat.S_IFREG) and not info.is_dir():
+        return None
+    if kind == stat.S_IFLNK:
+        return "a symbolic link"
+    if kind == stat.S_IFDIR or info.is_dir():
+        return "a folder"
+    return "a special file"
+
+
+def _members(r: _Reader, archive: zipfile.ZipFile, limit: int) -> dict[str, zipfile.ZipInfo]:
+    """The archive's members by name, once each is known to be safe, unique and of bounded size.
+
+    Sizes come from the headers, before any member is decompressed; a header
+    that understates its member makes the read fail its CRC, since ``zipfile``
+    never returns more than the header's size.
+    """
     found: dict[str, zipfile.ZipInfo] = {}
+    total = 0
     for info in archive.infolist():
         why = _safe_member(info.filename)
         if why:
             r.fail(f"archive member name {info.filename!r} {why}", member=None)
         if info.filename in found:
             r.fail("the archive holds this member twice", member=info.filename)
+        other = _file_type(info)
+        if other:
+            r.fail(
+                f"the member is {other}; an artifact holds plain files only", member=info.filename
+            )
+        if info.flag_bits & 0x1:
+            r.fail("the member is encrypted; ppy never writes one", member=info.filename)
+        if info.file_size > limit:
+            r.fail(
+                f"the member would decompress to {info.file_size} bytes, over the limit of "
+                f"{limit} (a damaged or hostile archive)",
+                member=info.filename,
+            )
+        total += info.file_size
+        if total > ARCHIVE_SIZE_LIMIT:
+            r.fail(
+                f"the members would decompress to more than {ARCHIVE_SIZE_LIMIT} bytes together "
+                "(a damaged or hostile archive)",
+                member=None,
+            )
         found[info.filename] = info
     return found
 
@@ -647,17 +714,20 @@ def _payload(
     return content
 
 
-def loads(data: bytes, *, path: str = "<bytes>") -> Artifact:
+def loads(
+    data: bytes, *, path: str = "<bytes>", member_size_limit: int = MEMBER_SIZE_LIMIT
+) -> Artifact:
     """Parse and validate artifact bytes; every problem is an ``ArtifactError``.
 
-    ``path`` only names the file in error messages. Checks run in an order
+    ``path`` only names the file in error messages; ``member_size_limit`` is
+    the most bytes any one member may decompress to. Checks run in an order
     that gives the most useful message first: the archive, then the format
     and its version, then the manifest's fields, then every member against
     what the manifest says about it.
     """
     r = _Reader(path)
     with _open(r, data) as archive:
-        members = _members(r, archive)
+        members = _members(r, archive, member_size_limit)
         if MANIFEST not in members:
             r.fail(f"not a ppy artifact: the archive has no {MANIFEST}", member=None)
         top = _document(r, _read_member(r, archive, members[MANIFEST]))
@@ -709,6 +779,11 @@ def read_artifact(path: Path) -> Artifact:
     if not path.is_file():
         raise ArtifactError("not a file", path=where)
     try:
+        size = path.stat().st_size
+        if size > ARCHIVE_SIZE_LIMIT:
+            raise ArtifactError(
+                f"the file is {size} bytes, over the limit of {ARCHIVE_SIZE_LIMIT}", path=where
+            )
         data = path.read_bytes()
     except OSError as error:
         raise ArtifactError(

@@ -25,6 +25,7 @@ from ppy.entry import Entry
 from ppy.errors import ConfigError
 from ppy.freshness import stage_key
 from ppy.layout import find_sources
+from ppy.lock import build_lock
 from ppy.log import get_logger
 from ppy.plugin import KNOWN_DECORATORS, Plugin, StageFailure, StageRequest, StageTarget
 from ppy.policy import decide_module
@@ -248,9 +249,14 @@ def _settle(
 
 
 def build(target: Path, *, plugins: Registry | None = None) -> BuildResult:
-    """Build the artifact for the project at ``target`` and write it."""
+    """Build the artifact for the project at ``target`` and write it.
+
+    Under the project's build lock, the previous artifact read included: a
+    second build waits, then reuses what the first wrote.
+    """
     config = load_config(target)
-    return build_project(config, read_previous(config), plugins=plugins)
+    with build_lock(config.artifact):
+        return build_project(config, read_previous(config), plugins=plugins)
 
 
 def build_project(

@@ -10,7 +10,11 @@ moved in place with ``os.replace``, so a reader never sees half a file.
 
 The directory is ``$PPY_CACHE_DIR``, else ``$XDG_CACHE_HOME/ppy``, else
 ``~/.cache/ppy``; it is created with mode 0700 because what it holds is
-loaded as code.
+loaded as code. For the same reason nothing is trusted that another user
+could have written: a directory or an entry that is not the user's, is
+group- or world-writable, or is a symbolic link is ignored and logged as
+``cache.untrusted`` (the executable is compiled in memory instead), never
+loaded.
 
 Core never imports jax: the runtime supplies the facts that make up a key
 (``executable_key``).
@@ -18,9 +22,11 @@ Core never imports jax: the runtime supplies the facts that make up a key
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -108,11 +114,30 @@ class ExecutableCache:
         """The executable's bytes, or None when absent or damaged (then deleted)."""
         path = self._path(key)
         log = _log()
+        why = self.untrusted()
+        if why is not None:
+            log.warning("cache.untrusted", path=str(self.directory), reason=why, remedy=_REMEDY)
+            return None
         try:
-            raw = path.read_bytes()
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
             log.debug("cache.miss", key=key)
             return None
+        except OSError as error:
+            if error.errno != errno.ELOOP:
+                raise
+            log.warning(
+                "cache.untrusted", key=key, path=str(path), reason=_LINK, remedy=_ENTRY_REMEDY
+            )
+            return None
+        with os.fdopen(fd, "rb") as file:
+            why = _untrusted(os.fstat(file.fileno()))
+            if why is not None:
+                log.warning(
+                    "cache.untrusted", key=key, path=str(path), reason=why, remedy=_ENTRY_REMEDY
+                )
+                return None
+            raw = file.read()
         body = _check(raw)
         if body is None:
             log.warning("cache.corrupt", key=key, path=str(path), remedy="it is compiled again")
@@ -125,6 +150,9 @@ class ExecutableCache:
         """Store ``data`` under ``key`` atomically; the last writer wins."""
         path = self._path(key)
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        why = self.untrusted()
+        if why is not None:
+            raise PermissionError(errno.EPERM, f"the cache directory {why}", str(self.directory))
         digest = hashlib.sha256(data).hexdigest().encode()
         fd, temp = tempfile.mkstemp(prefix=".tmp-", suffix=_SUFFIX, dir=self.directory)
         try:
@@ -136,6 +164,23 @@ class ExecutableCache:
             raise
         _log().debug("cache.write", key=key, bytes=len(data))
         return path
+
+    def untrusted(self) -> str | None:
+        """Why the directory cannot be trusted with executables, or None (absent is fine)."""
+        try:
+            status = os.lstat(self.directory)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISLNK(status.st_mode):
+            # A link the user made (to another disk, say) is theirs to make;
+            # what it points to is checked like any directory.
+            try:
+                status = os.stat(self.directory)
+            except FileNotFoundError:
+                return None
+        if not stat.S_ISDIR(status.st_mode):
+            return "is not a directory"
+        return _untrusted(status)
 
     def stats(self) -> tuple[int, int]:
         """(number of executables, their total size in bytes)."""
@@ -164,6 +209,22 @@ class ExecutableCache:
             if not path.name.startswith(".tmp-"):
                 removed += 1
         return removed
+
+
+_LINK = "is a symbolic link"
+_REMEDY = "executables are compiled in memory; make the directory the user's own, mode 0700"
+_ENTRY_REMEDY = "it is ignored and compiled again; `ppy cache clear` removes it"
+
+
+def _untrusted(status: os.stat_result) -> str | None:
+    """Why a file or directory with ``status`` could hold someone else's code, or None."""
+    if status.st_uid != os.geteuid():
+        return f"belongs to uid {status.st_uid}, not to this user ({os.geteuid()})"
+    if status.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"is writable by other users (mode {stat.S_IMODE(status.st_mode):04o})"
+    if not (stat.S_ISREG(status.st_mode) or stat.S_ISDIR(status.st_mode)):
+        return "is not a regular file"
+    return None
 
 
 def _check(raw: bytes) -> bytes | None:

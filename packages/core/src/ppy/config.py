@@ -172,6 +172,7 @@ def validate_table(
                 f"{_found(value)}; wanted {_type_words(setting.types)}: {setting.help}",
                 path=path,
                 key=f"{prefix}.{key}",
+                remedy=f"give {key} {_type_words(setting.types)}, or remove it for the default",
             )
         if type(value) is int and float in setting.types and int not in setting.types:
             value = float(value)
@@ -181,6 +182,8 @@ def validate_table(
                 f"{_render(value)} is not allowed; use one of: {allowed_values}",
                 path=path,
                 key=f"{prefix}.{key}",
+                remedy=f"write {key} = {_render(setting.choices[0])} (or another of: "
+                f"{allowed_values})",
             )
         result[key] = value
     return result
@@ -209,12 +212,18 @@ def _parse(pyproject: Path) -> dict[str, Any]:
     try:
         data = pyproject.read_bytes()
     except OSError as error:
-        raise ConfigError(f"cannot be read: {error.strerror or error}", path=path) from error
+        raise ConfigError(
+            f"cannot be read: {error.strerror or error}",
+            path=path,
+            remedy="make the file readable, or remove it",
+        ) from error
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise ConfigError(
-            f"is not UTF-8 text (byte {error.start}); TOML files are UTF-8", path=path
+            f"is not UTF-8 text (byte {error.start}); TOML files are UTF-8",
+            path=path,
+            remedy="save the file as UTF-8",
         ) from error
     try:
         return tomllib.loads(text)
@@ -223,7 +232,11 @@ def _parse(pyproject: Path) -> dict[str, Any]:
         match = _POSITION.search(message)
         where = f"{path}:{match.group(1)}:{match.group(2)}" if match else path
         detail = _POSITION.sub("", message).strip()
-        raise ConfigError(f"invalid TOML: {detail}", path=where) from error
+        raise ConfigError(
+            f"invalid TOML: {detail}",
+            path=where,
+            remedy="fix the TOML at that line and column (https://toml.io)",
+        ) from error
 
 
 def _digest(table: Mapping[str, Any]) -> str:
@@ -236,13 +249,19 @@ def _digest(table: Mapping[str, Any]) -> str:
 def _tool_ppy(document: Mapping[str, Any], path: str) -> Mapping[str, Any]:
     tool = document.get("tool", {})
     if not isinstance(tool, Mapping):
-        raise ConfigError(f"{_found(tool)}; wanted a table", path=path, key="tool")
+        raise ConfigError(
+            f"{_found(tool)}; wanted a table",
+            path=path,
+            key="tool",
+            remedy="make tool a table: write [tool.ppy] and its keys as a table header",
+        )
     table = tool.get("ppy", {})
     if not isinstance(table, Mapping):
         raise ConfigError(
             f"{_found(table)}; wanted a table, [tool.ppy]",
             path=path,
             key="tool.ppy",
+            remedy="write the settings under a [tool.ppy] table header",
         )
     return table
 
@@ -255,6 +274,7 @@ def _plugin_tables(raw: Mapping[str, Any], path: str) -> Mapping[str, Mapping[st
                 f"{_found(entry)}; wanted a table, [tool.ppy.plugins.{name}]",
                 path=path,
                 key=f"tool.ppy.plugins.{name}",
+                remedy=f"write the plugin's settings under a [tool.ppy.plugins.{name}] header",
             )
         plugins[name] = MappingProxyType(dict(entry))
     return MappingProxyType(plugins)
@@ -281,6 +301,7 @@ def load_config(target: Path) -> Config:
             f"{_found(value)}; wanted a table of plugin tables, [tool.ppy.plugins.<name>]",
             path=path,
             key="tool.ppy.plugins",
+            remedy="write each plugin's settings under a [tool.ppy.plugins.<name>] header",
         )
     settings = validate_table(table, _CORE_SCHEMA, path=path, prefix="tool.ppy")
     if not settings["artifact"].strip():
@@ -288,6 +309,7 @@ def load_config(target: Path) -> Config:
             'is empty; wanted a file path such as ".ppy/artifact.ppyz"',
             path=path,
             key="tool.ppy.artifact",
+            remedy="give a path relative to the project root, or remove the key",
         )
     project = document.get("project", {})
     name = project.get("name") if isinstance(project, Mapping) else None

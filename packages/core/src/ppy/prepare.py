@@ -108,6 +108,7 @@ def _rebuilt(config: Config, stale: str, artifact: Artifact | None) -> Artifact 
     replace an artifact made elsewhere by one with no entries.
     """
     from ppy.build import build_project
+    from ppy.lock import build_lock
     from ppy.registry import load_plugins
 
     log = _log()
@@ -121,7 +122,8 @@ def _rebuilt(config: Config, stale: str, artifact: Artifact | None) -> Artifact 
         )
         return artifact
     log.info("run.build", reason=stale)
-    result = build_project(config, artifact, plugins=plugins)
+    with build_lock(config.artifact):  # writes take turns with a `ppy build`
+        result = build_project(config, artifact, plugins=plugins)
     for decision in result.failed:
         log.warning(
             "run.build_failed",

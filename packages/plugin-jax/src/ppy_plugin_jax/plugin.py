@@ -38,6 +38,12 @@ SETTINGS: Mapping[str, Setting] = {
     "export-timeout": Setting(
         (float,), 120.0, "seconds a module may take to import and export before it is stopped"
     ),
+    "export-memory-limit": Setting(
+        (int,),
+        8192,
+        "megabytes of memory the export worker may allocate (RLIMIT_DATA); "
+        "beyond it the user's code gets a MemoryError",
+    ),
 }
 
 _STATIC_KEYWORDS = ("static_argnums", "static_argnames")
@@ -96,6 +102,7 @@ class JaxExportPlugin:
                     f"platforms {platforms!r} must be a non-empty list of {', '.join(PLATFORMS)}",
                     path=path,
                     key="tool.ppy.plugins.jax.platforms",
+                    remedy='write platforms = ["cpu"], say, or remove it for the default backend',
                 )
             settings["platforms"] = sorted(set(platforms), key=PLATFORMS.index)
         if settings["export-timeout"] <= 0:
@@ -103,6 +110,15 @@ class JaxExportPlugin:
                 f"export-timeout must be a number of seconds > 0, got {settings['export-timeout']}",
                 path=path,
                 key="tool.ppy.plugins.jax.export-timeout",
+                remedy="give a positive number of seconds, or remove it for 120",
+            )
+        if settings["export-memory-limit"] <= 0:
+            raise ConfigError(
+                "export-memory-limit must be a number of megabytes > 0, "
+                f"got {settings['export-memory-limit']}",
+                path=path,
+                key="tool.ppy.plugins.jax.export-memory-limit",
+                remedy="give a positive number of megabytes, or remove it for 8192",
             )
         return settings
 

@@ -1,8 +1,10 @@
 """Running the export worker: one process per build, restarted only after it dies.
 
 The worker runs the user's code, so it gets a scrubbed environment (no
-inherited secrets), a time limit per module (``export-timeout``), and its own
-process group so a hang can be killed whole, children included. If it dies or
+inherited secrets), a time limit per module (``export-timeout``), a memory
+limit (``export-memory-limit``, applied by the worker to itself before any
+user code runs), and its own process group so a hang can be killed whole,
+children included. If it dies or
 hangs, the functions of the module it was working on fail with what it
 printed, and a fresh worker takes the modules that remain.
 """
@@ -65,6 +67,10 @@ _HANG_REMEDY = (
     "or raise [tool.ppy.plugins.jax] export-timeout"
 )
 _EXPORT_REMEDY = "fix the function or its description; until then it stays an ordinary jitted call"
+_MEMORY_REMEDY = (
+    "the export worker ran out of its memory limit; allocate less at import or trace time, "
+    "or raise [tool.ppy.plugins.jax] export-memory-limit"
+)
 _REMEDIES: Final[Mapping[str, str]] = {
     "import-failed": _IMPORT_REMEDY,
     "annotation-mismatch": "write the ppy.Shape and ppy.DType as literals in the annotation "
@@ -126,12 +132,16 @@ def _entry(target: StageTarget, qualname: str, message: Mapping[str, Any]) -> En
 
 def _failure(module: str, qualname: str, message: Mapping[str, Any]) -> StageFailure:
     rule = str(message["rule"])
+    reason = str(message["reason"])
+    remedy = _REMEDIES.get(rule, _EXPORT_REMEDY)
+    if reason.startswith("MemoryError"):
+        remedy = _MEMORY_REMEDY
     return StageFailure(
         module,
         qualname,
         rule,
-        str(message["reason"]),
-        _REMEDIES.get(rule, _EXPORT_REMEDY),
+        reason,
+        remedy,
         str(message.get("output", ""))[-OUTPUT_LIMIT:],
     )
 
@@ -234,6 +244,7 @@ def export_in_worker(request: StageRequest) -> list[Entry | StageFailure]:
                     "protocol": PROTOCOL_VERSION,
                     "root": str(Path(request.root).resolve()),
                     "platforms": request.settings.get("platforms"),
+                    "memory_limit_mb": request.settings.get("export-memory-limit"),
                     "capture": str(capture),
                     "modules": [_module_request(t) for t in pending],
                 },

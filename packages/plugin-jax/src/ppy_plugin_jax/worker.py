@@ -221,6 +221,26 @@ def _serve(request: Mapping[str, Any], out: IO[str], capture: Capture) -> None:
     send({"event": "done"})
 
 
+def _limit_memory(megabytes: int | None) -> None:
+    """Cap what this process may allocate, soft and hard, so the user's code cannot lift it.
+
+    ``RLIMIT_DATA`` counts the heap and private writable mappings (every
+    array), not address space merely reserved, which GPU stacks reserve by
+    the terabyte; an allocation beyond it is a ``MemoryError`` in the code
+    that asked, instead of the machine swapping or the kernel killing
+    something else.
+    """
+    if not megabytes:
+        return
+    import resource
+
+    limit = int(megabytes) << 20
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+
+
 def main() -> None:
     request = json.loads(sys.stdin.read())
     if request.get("protocol") != PROTOCOL_VERSION:
@@ -228,6 +248,7 @@ def main() -> None:
             f"ppy_plugin_jax.worker speaks protocol {PROTOCOL_VERSION}, "
             f"was sent {request.get('protocol')!r}"
         )
+    _limit_memory(request.get("memory_limit_mb"))
     # The protocol keeps the original stdout; fds 1 and 2 then point at the
     # capture file, so prints from the user's code (and from its C extensions
     # and children) land there. ``os.dup`` gives a non-inheritable fd, so
