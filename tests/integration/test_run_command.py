@@ -108,6 +108,9 @@ def test_a_plugins_tools_changing_makes_run_build_again(
     example: Path, ppy: Run, tmp_path: Path
 ) -> None:
     assert ppy("build", cwd=example).returncode == 0
+    current = ppy("-v", "run", "model.ppy", cwd=example)
+    assert "run.build" not in current.stderr  # the tools passed, and that is remembered
+    assert (example / ".ppy" / "artifact.ppyz.checked").is_file()
     # A jax backend plugin appearing changes what the jax plugin exports for.
     site = tmp_path / "site"
     metadata = site / "jax_cuda12_plugin-9.9.dist-info"

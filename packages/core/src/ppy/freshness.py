@@ -9,12 +9,22 @@ but not installed here (a runtime-only deployment) is not asked.
 
 ``ppy run`` asks this at every start, so the cheap part comes first and the
 plugins are loaded only when the sources and configuration are current.
+Loading them (a plugin module, its records, its tool versions) is most of
+the check's cost, and its answer depends only on the artifact's stage keys
+and on what is installed, so a passed check is remembered beside the
+artifact (``<artifact>.checked``) under a stamp of both: the names and
+versions of the distributions on ``sys.path`` and the interpreter. While the
+stamp holds, no plugin is loaded; any install, upgrade or removal changes it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
+import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ppy.layout import find_sources
@@ -24,7 +34,14 @@ if TYPE_CHECKING:
     from ppy.config import Config
     from ppy.plugin import Plugin
 
-__all__ = ["plugin_names", "stage_key", "staleness", "stale_sources", "stale_tools"]
+__all__ = [
+    "plugin_names",
+    "stage_key",
+    "staleness",
+    "stale_sources",
+    "stale_tools",
+    "tools_stamp",
+]
 
 
 def stage_key(
@@ -97,4 +114,57 @@ def staleness(
     if reason is not None or artifact is None:
         return reason
     names = plugin_names(artifact)
-    return stale_tools(config, artifact, plugins(names)) if names else None
+    if not names:
+        return None
+    memo = _memo_path(config)
+    stamp = tools_stamp(artifact)
+    if _read(memo) == stamp:
+        return None
+    reason = stale_tools(config, artifact, plugins(names))
+    if reason is None:
+        _write(memo, stamp)
+    return reason
+
+
+def tools_stamp(artifact: Artifact) -> str:
+    """What a passed tool check depends on: the artifact's stage keys, the
+    interpreter, and the distributions installed on ``sys.path``.
+
+    A distribution's metadata folder is named for its name and version
+    (``jax-0.10.2.dist-info``), so listing the folders of ``sys.path`` sees
+    every install, upgrade and removal without reading any metadata.
+    """
+    digest = hashlib.sha256()
+    digest.update(f"{sys.executable}\0{sys.version}\0".encode())
+    for record in artifact.modules:
+        for name, key in sorted(record.stage_keys.items()):
+            digest.update(f"{record.name}\0{name}\0{key}\0".encode())
+    for entry in sys.path:
+        try:
+            names = sorted(
+                n for n in os.listdir(entry or ".") if n.endswith((".dist-info", ".egg-info"))
+            )
+        except OSError:  # a zip, a missing folder: nothing installed there
+            continue
+        digest.update(f"{entry}\0{'/'.join(names)}\0".encode())
+    return digest.hexdigest()
+
+
+def _memo_path(config: Config) -> Path:
+    return config.artifact.with_name(config.artifact.name + ".checked")
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _write(path: Path, stamp: str) -> None:
+    # Only a shortcut: where it cannot be written (a read-only deployment),
+    # the next run checks the tools again.
+    with contextlib.suppress(OSError):
+        temp = path.with_name(f".{path.name}.{os.getpid()}")
+        temp.write_text(stamp + "\n")
+        os.replace(temp, path)

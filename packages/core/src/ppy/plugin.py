@@ -102,7 +102,9 @@ class Plugin(Protocol):
     def fingerprint(self, settings: Mapping[str, Any]) -> str:
         """What, besides source and config, would change staged output (tool versions,
         platforms). Entries whose module, config and fingerprint are unchanged are
-        reused without calling ``stage``. Must be cheap: no jax import."""
+        reused without calling ``stage``. Must be cheap: no jax import. Must depend
+        only on ``settings`` and the installed distributions (names, versions):
+        ``ppy run`` remembers a passed check until either changes."""
         ...
 
     def check(

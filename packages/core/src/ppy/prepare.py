@@ -9,6 +9,7 @@ program runs with whatever could be bound, the rest as ordinary calls.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,13 @@ def run(program: Path, argv: list[str], *, build: bool = True) -> int:
     from ppy.program import run_program
 
     prepared = prepare(program, build=build)
+    # Everything alive now is ppy's (the parser, the configuration, the
+    # artifact, the modules it imported), not the program's. Moved out of the
+    # collector's reach, none of it is traversed again by the collections the
+    # program triggers (dozens while jax imports) or at exit; a python run has
+    # no such objects to traverse. The program's own objects are collected as
+    # ever.
+    gc.freeze()
     return run_program(
         program.resolve(),
         argv,
