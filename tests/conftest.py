@@ -61,20 +61,53 @@ def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
+def run_ppy(
+    *args: str,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 300,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m ppy ARGS`` the way a user does, and return what it did."""
+    return subprocess.run(
+        [sys.executable, "-m", "ppy", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def pip_install_target(target: Path, *sources: Path) -> Path:
+    """Install distributions into ``target`` with pip, as a user would, without
+    touching the test environment: put ``target`` on PYTHONPATH to use them."""
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            *map(str, sources),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return target
+
+
 @pytest.fixture
 def ppy(cache_dir: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
-    """Run ``python -m ppy ARGS`` in a subprocess and return what it did."""
+    """``run_ppy`` with the test's private executable cache; ``**env`` adds variables."""
 
     def run(*args: str, cwd: Path | None = None, timeout: float = 300, **env: str):
-        environment = {**os.environ, "PPY_CACHE_DIR": str(cache_dir), **env}
-        return subprocess.run(
-            [sys.executable, "-m", "ppy", *args],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=environment,
-            check=False,
+        return run_ppy(
+            *args, cwd=cwd, timeout=timeout, env={"PPY_CACHE_DIR": str(cache_dir), **env}
         )
 
     return run

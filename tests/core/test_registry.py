@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import pip_install_target
+
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 
@@ -17,23 +19,7 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder where pip installed the shout and broken plugin distributions."""
     target = tmp_path_factory.mktemp("site")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            "--target",
-            str(target),
-            str(FIXTURES / "ppy-plugin-shout"),
-            str(FIXTURES / "ppy-plugin-broken"),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    pip_install_target(target, FIXTURES / "ppy-plugin-shout", FIXTURES / "ppy-plugin-broken")
     return target
 
 

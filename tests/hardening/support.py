@@ -20,6 +20,8 @@ from pathlib import Path
 
 from ppy.artifact import dumps, read_artifact
 
+from tests.conftest import run_ppy as ppy  # noqa: F401 - the name the suites import
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 PINNED_WRITER = {"ppy": "0.1.0"}
@@ -40,28 +42,10 @@ def real_artifact() -> bytes:
     from ppy.build import build
 
     with tempfile.TemporaryDirectory(prefix="ppy-hardening-") as tmp:
-        project = copy_example("xla_scalar", Path(tmp))
+        project = copy_example("40_xla_scalar", Path(tmp))
         result = build(project)
         artifact = read_artifact(result.project.config.artifact)
     return dumps(dataclasses.replace(artifact, written_by=PINNED_WRITER))
-
-
-def ppy(
-    *args: str,
-    cwd: Path | None = None,
-    env: Mapping[str, str] | None = None,
-    timeout: float = 300,
-) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m ppy ARGS`` the way a user does."""
-    return subprocess.run(
-        [sys.executable, "-m", "ppy", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-        check=False,
-    )
 
 
 def start_ppy(

@@ -97,7 +97,7 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], str, str, bool]] = {
 def warm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
     """The example, a cache one run filled, and what ``python model.ppy`` prints."""
     base = tmp_path_factory.mktemp("cache-trust")
-    root = copy_example("xla_scalar", base)
+    root = copy_example("40_xla_scalar", base)
     plain = subprocess.run(
         [sys.executable, "model.ppy"], cwd=root, capture_output=True, text=True, check=True
     ).stdout

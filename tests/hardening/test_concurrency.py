@@ -46,7 +46,7 @@ def _wait_for(process: subprocess.Popen[str], words: str) -> list[str]:
 def test_builds_started_together_wait_for_the_lock_and_the_second_reuses(
     tmp_path: Path,
 ) -> None:
-    root = copy_example("xla_scalar", tmp_path)
+    root = copy_example("40_xla_scalar", tmp_path)
     artifact = root / ".ppy" / "artifact.ppyz"
     env = {"PPY_CACHE_DIR": str(tmp_path / "cache")}
     with build_lock(artifact):
@@ -68,7 +68,7 @@ def test_builds_started_together_wait_for_the_lock_and_the_second_reuses(
 
 
 def test_a_build_that_waits_too_long_says_so(tmp_path: Path) -> None:
-    root = copy_example("xla_scalar", tmp_path)
+    root = copy_example("40_xla_scalar", tmp_path)
     artifact = root / ".ppy" / "artifact.ppyz"
     with build_lock(artifact):
         result = ppy("build", str(root), env={"PPY_LOCK_TIMEOUT": "0.5"})

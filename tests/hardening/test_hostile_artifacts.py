@@ -143,7 +143,7 @@ HOSTILE: dict[str, tuple[Callable[[bytes], bytes], str]] = {
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """The xla example and what ``python model.ppy`` prints."""
-    root = copy_example("xla_scalar", tmp_path_factory.mktemp("hostile"))
+    root = copy_example("40_xla_scalar", tmp_path_factory.mktemp("hostile"))
     plain = subprocess.run(
         [sys.executable, "model.ppy"], cwd=root, capture_output=True, text=True, check=True
     )
@@ -165,7 +165,7 @@ def test_a_hostile_artifact_is_refused_and_the_plain_program_runs(
     assert words in str(caught.value) and "ppy build" in str(caught.value)
 
     _, plain = project
-    root = copy_example("xla_scalar", tmp_path)
+    root = copy_example("40_xla_scalar", tmp_path)
     artifact = root / ".ppy" / "artifact.ppyz"
     artifact.parent.mkdir()
     artifact.write_bytes(data)
@@ -274,7 +274,7 @@ def test_loading_inspecting_and_running_a_tricked_artifact_runs_none_of_it(
     project: tuple[Path, str], tmp_path: Path
 ) -> None:
     _, plain = project
-    root = copy_example("xla_scalar", tmp_path)
+    root = copy_example("40_xla_scalar", tmp_path)
     data, markers = _tricks(root)
     artifact = root / ".ppy" / "artifact.ppyz"
     artifact.parent.mkdir()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, pip_install_target
 
 NUMBERED = sorted(
     p
@@ -81,22 +81,7 @@ def test_the_third_party_plugin_example_installs_builds_and_runs(
     source = tmp_path / "plugin"
     shutil.copytree(EXAMPLES / "third_party_plugin", source, ignore=IGNORE)
     site = tmp_path / "site"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            "--target",
-            str(site),
-            str(source),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    pip_install_target(site, source)
     env = {"PYTHONPATH": str(site)}
     listed = ppy("plugins", **env)
     assert "ppy-plugin-tabulate 0.1.0" in listed.stdout and "FAILED" not in listed.stdout

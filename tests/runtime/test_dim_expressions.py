@@ -70,7 +70,7 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, 
     """One build and one ``ppy run -v`` of the program, with a private cache."""
     import os
 
-    from tests.conftest import PERMISSIONS
+    from tests.conftest import PERMISSIONS, run_ppy
 
     root = tmp_path_factory.mktemp("dims")
     (root / "pyproject.toml").write_text(PERMISSIONS)
@@ -78,15 +78,7 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, 
     env = {**os.environ, "PPY_CACHE_DIR": str(root / "cache")}
 
     def ppy(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "ppy", *args],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
-            check=False,
-        )
+        return run_ppy(*args, cwd=root, env=env)
 
     built = ppy("build")
     assert built.returncode == 0, built.stdout + built.stderr
