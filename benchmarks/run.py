@@ -42,6 +42,17 @@ CASES: dict[str, Callable[[Path, Plan], list[Comparison]]] = {
 }
 
 
+def _update_readme(table: str, results: Path) -> None:
+    """Copy the table (and the main plot, where drawn) into README.md's section."""
+    plot = (results / "startup_vs_depth.png").resolve()
+    if not plot.is_relative_to(README.parent):
+        print(f"results in {results}, outside the repository: README.md left alone")
+        return
+    link = plot.relative_to(README.parent).as_posix() if plot.exists() else None
+    if not report.update_readme(README, report.readme_section(table, link)):
+        print(f"README.md has no {report.README_START} section; left alone")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -99,9 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     (results / "latest.md").write_text(table)
     drawn = plots.draw(comparisons, results)
     if not args.no_readme:
-        plot = (results / "startup_vs_depth.png").resolve().relative_to(README.parent)
-        if not report.update_readme(README, report.readme_section(table, plot.as_posix())):
-            print(f"README.md has no {report.README_START} section; left alone")
+        _update_readme(table, results)
     print()
     for target in checked:
         verdict = "met    " if target["met"] else "NOT MET"

@@ -72,11 +72,13 @@ def render(record: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def readme_section(table: str, plot: str) -> str:
+def readme_section(table: str, plot: str | None) -> str:
+    """The README's performance section: the table, the main plot, how to regenerate."""
+    image = f"![First call and whole process against depth]({plot})\n\n" if plot else ""
     return (
         f"{README_START}\n"
         f"{table}\n"
-        f"![First call and whole process against depth]({plot})\n\n"
+        f"{image}"
         "Regenerate with `nox -s bench` (full) or `nox -s bench -- --quick`; "
         "the runner rewrites this section from `benchmarks/results/latest.json`.\n"
         f"{README_END}"

@@ -51,8 +51,7 @@ def test_table_shows_each_ratio_and_which_targets_are_met() -> None:
     table = report.render(_record())
     assert (
         "| deep model, 40 layers | whole process | python | 5.00 s "
-        "| ppy run warm | 2.50 s | 0.50x |"
-        in table
+        "| ppy run warm | 2.50 s | 0.50x |" in table
     )
     assert (
         "| per-call overhead | small input (8x4) | jitted | 10.0 µs | staged | 20.0 µs | 2.00x |"
@@ -67,11 +66,11 @@ def test_table_shows_each_ratio_and_which_targets_are_met() -> None:
 
 def test_readme_section_is_replaced_between_the_markers(tmp_path: Path) -> None:
     readme = tmp_path / "README.md"
-    readme.write_text(f"# Title\n\n{report.README_START}\nprevious table\n{report.README_END}\n\n## After\n")
+    readme.write_text(f"# Title\n\n{report.README_START}\nstale\n{report.README_END}\n\n## After\n")
     table = report.render(_record())
     assert report.update_readme(readme, report.readme_section(table, "benchmarks/results/x.png"))
     text = readme.read_text()
-    assert "previous table" not in text and table in text and "![" in text
+    assert "stale" not in text and table in text and "![" in text
     assert text.startswith("# Title\n") and text.endswith("## After\n")
 
 
