@@ -4,8 +4,8 @@ Whole-process figures come from ``interleave``: each round starts one fresh
 process per mode, in the same order (A B C A B C ...), so that drift on a
 shared machine hits every mode alike. Every process gets a directory of its
 own, which the mode's ``env`` callable fills (an empty cache directory is a
-cold cache; a copy of a filled one is a warm cache), so that no process sees
-another's cache.
+cold cache; a filled one restored from its snapshot is a warm cache), so that
+no process sees what another wrote.
 """
 
 from __future__ import annotations
@@ -86,15 +86,24 @@ def run_once(command: Sequence[str], cwd: Path, extra: Mapping[str, str]) -> Run
     return Run(wall, done.stdout, done.stderr)
 
 
-def warm_copy(filled: Path, name: str) -> Callable[[Path], Path]:
-    """A callable that copies the cache ``filled`` into a process's directory."""
+def warm_copy(filled: Path) -> Callable[[Path], Path]:
+    """A callable that gives a process the cache ``filled`` as it is now.
 
-    def copy(private: Path) -> Path:
-        target = private / name
-        shutil.copytree(filled, target)
-        return target
+    The cache is restored at the path it was filled at, from a snapshot taken
+    here, rather than copied into the process's own directory: jax's
+    persistent cache keys change with the cache directory's path (jax 0.10.2),
+    so a copy elsewhere would be a cold cache. Processes run one at a time,
+    so the restored directory is still private to each.
+    """
+    snapshot = filled.with_name(filled.name + "-snapshot")
+    shutil.copytree(filled, snapshot)
 
-    return copy
+    def restore(_private: Path) -> Path:
+        shutil.rmtree(filled, ignore_errors=True)
+        shutil.copytree(snapshot, filled)
+        return filled
+
+    return restore
 
 
 def interleave(

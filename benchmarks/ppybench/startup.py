@@ -9,8 +9,8 @@ Four modes, one fresh process each per round, interleaved:
   executable cache (``PPY_CACHE_DIR``), so the staged StableHLO is compiled;
 - ``ppy run warm``: the same with the executable cache filled by an earlier run.
 
-Every process gets copies of the caches its mode starts with, so none sees
-what another wrote. The deep model also reports its first call of
+Every process starts with the caches of its mode as they were filled, so
+none sees what another wrote. The deep model also reports its first call of
 ``forward`` as the program times it.
 """
 
@@ -54,8 +54,8 @@ def _modes(project: Path, scratch: Path) -> list[Mode]:
     measure.run_once(
         python, project, {"PPY_CACHE_DIR": str(scratch / "unused"), **_jax_cache(jax_filled)}
     )
-    copy_ppy = measure.warm_copy(ppy_filled, "ppy-cache")
-    copy_jax = measure.warm_copy(jax_filled, "jax-cache")
+    copy_ppy = measure.warm_copy(ppy_filled)
+    copy_jax = measure.warm_copy(jax_filled)
     return [
         Mode("python", python, project, lambda p: {"PPY_CACHE_DIR": str(p / "ppy-cache")}),
         Mode(
