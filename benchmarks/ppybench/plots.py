@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .measure import Comparison
 
 __all__ = ["draw"]
 
 
-def _figure(columns: int) -> tuple[object, Sequence[object]]:
+def _figure(columns: int) -> tuple[Any, list[Any]]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -20,12 +21,12 @@ def _figure(columns: int) -> tuple[object, Sequence[object]]:
     return figure, list(axes[0])
 
 
-def _save(figure: object, path: Path) -> Path:
+def _save(figure: Any, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
-    figure.tight_layout()  # type: ignore[attr-defined]
-    figure.savefig(path, dpi=120)  # type: ignore[attr-defined]
-    plt.close(figure)  # type: ignore[arg-type]
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
     return path
 
 
@@ -40,13 +41,13 @@ def _startup(comparisons: Sequence[Comparison], path: Path) -> Path | None:
         )
         depths = [int(str(c.params["layers"])) for c in chosen]
         for mode in chosen[0].samples:
-            axis.plot(depths, [c.medians[mode] for c in chosen], marker="o", label=mode)  # type: ignore[attr-defined]
-        axis.set_title(f"{label} (median)")  # type: ignore[attr-defined]
-        axis.set_xlabel("dense layers")  # type: ignore[attr-defined]
-        axis.set_ylabel("seconds")  # type: ignore[attr-defined]
-        axis.set_ylim(bottom=0)  # type: ignore[attr-defined]
-        axis.grid(alpha=0.3)  # type: ignore[attr-defined]
-        axis.legend()  # type: ignore[attr-defined]
+            axis.plot(depths, [c.medians[mode] for c in chosen], marker="o", label=mode)
+        axis.set_title(f"{label} (median)")
+        axis.set_xlabel("dense layers")
+        axis.set_ylabel("seconds")
+        axis.set_ylim(bottom=0)
+        axis.grid(alpha=0.3)
+        axis.legend()
     return _save(figure, path)
 
 
@@ -56,12 +57,12 @@ def _bars(comparisons: Sequence[Comparison], path: Path, title: str, *, log: boo
     figure, axes = _figure(len(comparisons))
     for axis, comparison in zip(axes, comparisons, strict=True):
         medians = comparison.medians
-        axis.bar(list(medians), list(medians.values()), color="tab:blue")  # type: ignore[attr-defined]
+        axis.bar(list(medians), list(medians.values()), color="tab:blue")
         if log:
-            axis.set_yscale("log")  # type: ignore[attr-defined]
-        axis.set_title(f"{comparison.case}\n{comparison.label}", fontsize=9)  # type: ignore[attr-defined]
-        axis.set_ylabel("seconds (median)")  # type: ignore[attr-defined]
-    figure.suptitle(title)  # type: ignore[attr-defined]
+            axis.set_yscale("log")
+        axis.set_title(f"{comparison.case}\n{comparison.label}", fontsize=9)
+        axis.set_ylabel("seconds (median)")
+    figure.suptitle(title)
     return _save(figure, path)
 
 
@@ -77,12 +78,12 @@ def _builds(comparisons: Sequence[Comparison], path: Path) -> Path | None:
     for mode in builds[0].samples:
         axes[0].plot(
             counts, [c.medians[mode] for c in builds], marker="o", label=f"ppy build, {mode}"
-        )  # type: ignore[attr-defined]
-    axes[0].set_xlabel("staged functions")  # type: ignore[attr-defined]
-    axes[0].set_ylabel("seconds (median)")  # type: ignore[attr-defined]
-    axes[0].set_ylim(bottom=0)  # type: ignore[attr-defined]
-    axes[0].grid(alpha=0.3)  # type: ignore[attr-defined]
-    axes[0].legend()  # type: ignore[attr-defined]
+        )
+    axes[0].set_xlabel("staged functions")
+    axes[0].set_ylabel("seconds (median)")
+    axes[0].set_ylim(bottom=0)
+    axes[0].grid(alpha=0.3)
+    axes[0].legend()
     return _save(figure, path)
 
 
