@@ -66,4 +66,6 @@ def docs(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """The benchmark runner; posargs go to benchmarks/run.py (e.g. ``-- --quick``)."""
     session.install(*PACKAGES, "matplotlib", "numba")
+    # A reused venv must measure this checkout, not the ppy it was made with.
+    session.install("--force-reinstall", "--no-deps", *PACKAGES)
     session.run("python", "benchmarks/run.py", *session.posargs)
