@@ -25,6 +25,8 @@ def write_json(record: Mapping[str, Any], path: Path) -> None:
 
 
 def _seconds(value: float) -> str:
+    if value < 1e-6:
+        return f"{value * 1e9:.0f} ns"
     if value < 1e-3:
         return f"{value * 1e6:.1f} µs"
     if value < 1:

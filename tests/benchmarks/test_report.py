@@ -34,6 +34,13 @@ def _record() -> dict[str, object]:
             "jitted",
             {"jitted": [1e-5, 1e-5], "staged": [2e-5, 2e-5]},
         ),
+        Comparison(
+            "xla scalar",
+            "trivial function, per call",
+            "s",
+            "CPython",
+            {"CPython": [5.5e-8], "staged": [2e-5]},
+        ),
     ]
     return {
         "mode": "quick",
@@ -57,6 +64,8 @@ def test_table_shows_each_ratio_and_which_targets_are_met() -> None:
         "| per-call overhead | small input (8x4) | jitted | 10.0 µs | staged | 20.0 µs | 2.00x |"
         in table
     )
+    # A figure below a microsecond keeps its digits rather than reading 0.0 µs.
+    assert "| CPython | 55 ns | staged | 20.0 µs | 364x |" in table
     lines = table.splitlines()
     [below_cache] = [line for line in lines if "ppy run warm / python + jax cache < 1" in line]
     assert "0.62x" in below_cache and "| met (3 rounds; indicative only) |" in below_cache
