@@ -6,6 +6,10 @@
 - runtime_only: a venv with only ppy-core and ppy-runtime-pjrt runs an artifact
   built in another venv.
 - docs: the site under docs/, built with mkdocs --strict (its hooks import ppy).
+
+``nox -s bench`` (not among the defaults) runs the benchmarks: ppy against
+plain JAX, in a venv installed as the README says (not editable), with
+matplotlib and numba. ``nox -s bench -- --quick`` is the short pass.
 """
 
 from __future__ import annotations
@@ -56,3 +60,12 @@ def docs(session: nox.Session) -> None:
     """Build the site; a broken link, a missing page or missing results fail it."""
     session.install("mkdocs", "mkdocs-material", *PACKAGES)
     session.run("mkdocs", "build", "--strict", "--site-dir", session.create_tmp() + "/site")
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """The benchmark runner; posargs go to benchmarks/run.py (e.g. ``-- --quick``)."""
+    session.install(*PACKAGES, "matplotlib", "numba")
+    # A reused venv must measure this checkout, not the ppy it was made with.
+    session.install("--force-reinstall", "--no-deps", *PACKAGES)
+    session.run("python", "benchmarks/run.py", *session.posargs)

@@ -1,0 +1,46 @@
+"""Case 3: per-call cost of a staged call against the jitted call, in process.
+
+The program is built with ``ppy build`` and run with ``ppy run``; inside it,
+each staged function is timed against its own jitted original
+(``__wrapped__``) on the same arrays: a small input, a medium one, and an
+input the description refuses, whose call falls back to the jitted one.
+Each figure is the best of five rounds of many calls after warm-up; the
+samples are one per fresh process.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from . import measure, projects
+from .machine import ppy_command
+from .measure import Comparison
+
+__all__ = ["call_overhead"]
+
+INPUTS = {
+    "small": "small input (8x4)",
+    "medium": "medium input (64x256)",
+    "fallback": "fallback (refused input)",
+}
+
+
+def call_overhead(scratch: Path, processes: int, calls: int) -> list[Comparison]:
+    project = projects.overhead(scratch / "overhead", calls)
+    ppy = ppy_command()
+    measure.run_once([*ppy, "build"], project, {"PPY_CACHE_DIR": str(scratch / "overhead-build")})
+    samples: dict[str, dict[str, list[float]]] = {
+        name: {"jitted": [], "staged": []} for name in INPUTS
+    }
+    for index in range(processes):
+        cache = {"PPY_CACHE_DIR": str(scratch / f"overhead-cache-{index}")}
+        run = measure.run_once([*ppy, "run", "model.ppy"], project, cache)
+        figures = json.loads(run.stdout.strip().splitlines()[-1])
+        for name in INPUTS:
+            for side in ("jitted", "staged"):
+                samples[name][side].append(figures[name][side])
+    return [
+        Comparison("per-call overhead", label, "s", "jitted", samples[name], {"calls": calls})
+        for name, label in INPUTS.items()
+    ]

@@ -1,0 +1,293 @@
+"""The programs the cases run, written into a fresh project directory.
+
+Each is a plain ``.ppy`` project: the page's example as the repository ships
+it, a deep dense model whose depth is a parameter, the scalar loops of the
+xla plugin, and a project with any number of staged functions for the build
+case. A program that times its first call prints ``first_call_s=...`` on
+stderr; its stdout is what every mode must print alike.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from ppy.artifact import read_artifact
+
+__all__ = [
+    "build_function",
+    "build_project",
+    "deep_model",
+    "overhead",
+    "page_example",
+    "staged_count",
+    "xla_scalar",
+]
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+JAX_PYPROJECT = """\
+[project]
+name = "{name}"
+
+[tool.ppy]
+build-execution = "allow"
+
+[tool.ppy.plugins.jax]
+allow-build-export = true
+"""
+
+WIDTH = 128
+
+DEEP_MODEL = """\
+import sys
+import time
+from typing import Annotated
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import ppy
+
+Seed = Annotated[jax.Array, ppy.Shape(), ppy.DType("int32")]
+Batch = Annotated[jax.Array, ppy.Shape("B", {width}), ppy.DType("float32")]
+Weights = Annotated[jax.Array, ppy.Shape({layers}, {width}, {width}), ppy.DType("float32")]
+Biases = Annotated[jax.Array, ppy.Shape({layers}, {width}), ppy.DType("float32")]
+
+
+@jax.jit
+def init(seed: Seed):
+    kw, kb, kx = jax.random.split(jax.random.PRNGKey(seed), 3)
+    w = jax.random.normal(kw, ({layers}, {width}, {width}), jnp.float32) / {scale}
+    b = jax.random.normal(kb, ({layers}, {width}), jnp.float32) / 10
+    x = jax.random.normal(kx, (32, {width}), jnp.float32)
+    return x, w, b
+
+
+@jax.jit
+def forward(x: Batch, w: Weights, b: Biases) -> jax.Array:
+    for i in range({layers}):
+        x = jnp.tanh(x @ w[i] + b[i])
+    return x
+
+
+def main() -> None:
+    x, w, b = jax.block_until_ready(init(np.asarray(0, np.int32)))
+    start = time.perf_counter()
+    y = forward(x, w, b).block_until_ready()
+    print(f"first_call_s={{time.perf_counter() - start:.6f}}", file=sys.stderr)
+    print(round(float(np.asarray(y).sum()), 3))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+XLA_MODEL = """\
+import json
+import time
+
+from ppy import xla
+
+LIMIT = {limit}
+TERMS = {terms}
+CALLS = {calls}
+
+
+@xla.jit
+def collatz_steps(n: int) -> int:
+    steps = 0
+    while n != 1:
+        if n % 2 == 0:
+            n = n // 2
+        else:
+            n = 3 * n + 1
+        steps += 1
+    return steps
+
+
+@xla.jit
+def longest_chain(limit: int) -> int:
+    best = 0
+    best_start = 1
+    for start in range(1, limit):
+        steps = collatz_steps(start)
+        if steps > best:
+            best = steps
+            best_start = start
+    return best_start
+
+
+@xla.jit
+def series(terms: int) -> float:
+    total = 0.0
+    for k in range(terms):
+        total += (-1.0) ** k / (2 * k + 1)
+    return 4.0 * total
+
+
+@xla.jit
+def trivial(n: int) -> int:
+    return n + 1
+
+
+def measure(functions=None) -> dict:
+    functions = functions or {{"collatz": longest_chain, "series": series, "trivial": trivial}}
+    figures = {{}}
+    for name, arg, warm in (("collatz", LIMIT, 1000), ("series", TERMS, 10)):
+        fn = functions[name]
+        fn(warm)
+        start = time.perf_counter()
+        value = fn(arg)
+        figures[name] = time.perf_counter() - start
+        figures[name + "_value"] = value
+    fn = functions["trivial"]
+    for _ in range(1000):
+        fn(3)
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(CALLS):
+            fn(3)
+        best = min(best, (time.perf_counter() - start) / CALLS)
+    figures["trivial"] = best
+    figures["trivial_value"] = fn(3)
+    return figures
+
+
+if __name__ == "__main__":
+    print(json.dumps(measure()))
+"""
+
+BUILD_FUNCTION = """\
+from typing import Annotated
+
+import jax
+import jax.numpy as jnp
+
+import ppy
+
+Batch = Annotated[jax.Array, ppy.Shape("B", 8), ppy.DType("float32")]
+
+
+@jax.jit
+def f{index}(x: Batch) -> jax.Array:
+    return jnp.tanh(x * {scale}) + {offset}
+"""
+
+
+def _project(root: Path, name: str, files: dict[str, str], pyproject: str = JAX_PYPROJECT) -> Path:
+    root.mkdir(parents=True)
+    (root / "pyproject.toml").write_text(pyproject.format(name=name))
+    for filename, text in files.items():
+        (root / filename).write_text(text)
+    return root
+
+
+def page_example(root: Path) -> Path:
+    """The page's example, copied from examples/25_jax_export."""
+    shutil.copytree(
+        REPOSITORY / "examples" / "25_jax_export", root, ignore=shutil.ignore_patterns(".ppy")
+    )
+    return root
+
+
+def deep_model(root: Path, layers: int) -> Path:
+    """``forward`` applies ``layers`` dense layers; ``init`` (staged too) makes the weights."""
+    text = DEEP_MODEL.format(layers=layers, width=WIDTH, scale=WIDTH**0.5)
+    return _project(root, f"deep-{layers}", {"model.ppy": text})
+
+
+def xla_scalar(root: Path, *, limit: int, terms: int, calls: int) -> Path:
+    """The xla plugin's loops (collatz, Leibniz series) and a trivial scalar function."""
+    text = XLA_MODEL.format(limit=limit, terms=terms, calls=calls)
+    return _project(root, "xla-scalar", {"model.ppy": text}, '[project]\nname = "{name}"\n')
+
+
+def build_function(index: int, version: int = 0) -> str:
+    """The source of staged function ``index``; a new ``version`` is an edit."""
+    return BUILD_FUNCTION.format(index=index, scale=index + 1, offset=float(version))
+
+
+def build_project(root: Path, functions: int) -> Path:
+    """``functions`` staged functions, one module each, so an edit touches one."""
+    files = {f"m{index}.ppy": build_function(index) for index in range(functions)}
+    return _project(root, f"build-{functions}", files)
+
+
+def staged_count(project: Path) -> int:
+    """How many entries the built artifact stages (0 when there is none)."""
+    path = project / ".ppy" / "artifact.ppyz"
+    return len(read_artifact(path).entries) if path.exists() else 0
+
+
+OVERHEAD_MODEL = """\
+import json
+import time
+from typing import Annotated
+
+import jax
+import jax.numpy as jnp
+
+import ppy
+
+CALLS = {calls}
+Small = Annotated[jax.Array, ppy.Shape("B", 4), ppy.DType("float32")]
+SmallW = Annotated[jax.Array, ppy.Shape(4, 4), ppy.DType("float32")]
+Medium = Annotated[jax.Array, ppy.Shape("B", 256), ppy.DType("float32")]
+MediumW = Annotated[jax.Array, ppy.Shape(256, 256), ppy.DType("float32")]
+
+
+@jax.jit
+def small(x: Small, w: SmallW) -> jax.Array:
+    return jnp.sum(jnp.tanh(x @ w), axis=-1)
+
+
+@jax.jit
+def medium(x: Medium, w: MediumW) -> jax.Array:
+    return jnp.sum(jnp.tanh(x @ w), axis=-1)
+
+
+def per_call(sides, *args) -> dict:
+    # Best of five rounds of CALLS calls per side, the sides alternated round by round.
+    for fn in sides.values():
+        for _ in range(200):
+            fn(*args)
+    best = {{name: float("inf") for name in sides}}
+    for _ in range(5):
+        for name, fn in sides.items():
+            fn(*args).block_until_ready()
+            start = time.perf_counter()
+            for _ in range(CALLS):
+                fn(*args)
+            fn(*args).block_until_ready()
+            best[name] = min(best[name], (time.perf_counter() - start) / CALLS)
+    return best
+
+
+def main() -> None:
+    if not hasattr(small, "ppy_staged"):
+        raise SystemExit("run this program with ppy run: it compares staged calls with jitted ones")
+    figures = {{}}
+    cases = {{
+        "small": (small, jnp.ones((8, 4), jnp.float32), jnp.eye(4, dtype=jnp.float32)),
+        "medium": (medium, jnp.ones((64, 256), jnp.float32), jnp.eye(256, dtype=jnp.float32)),
+        # An input the description refuses (w is 5x5): the call falls back.
+        "fallback": (small, jnp.ones((8, 5), jnp.float32), jnp.eye(5, dtype=jnp.float32)),
+    }}
+    for name, (staged, x, w) in cases.items():
+        figures[name] = per_call({{"jitted": staged.__wrapped__, "staged": staged}}, x, w)
+    if not small.ppy_stats.fallbacks:
+        raise SystemExit("the refused input did not fall back")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def overhead(root: Path, calls: int) -> Path:
+    """Two staged functions, small and medium, timed against their jitted originals."""
+    return _project(root, "overhead", {"model.ppy": OVERHEAD_MODEL.format(calls=calls)})

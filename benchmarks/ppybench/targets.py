@@ -1,0 +1,114 @@
+"""The other issues' goals, checked against a run's comparisons.
+
+A target is a ratio of two modes' medians in one comparison, and a bound.
+The runner prints which are met; nothing fails on a missed one, since timing
+on a shared machine is no test.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from .measure import Comparison
+
+__all__ = ["TARGETS", "Target", "check"]
+
+STARTUP = "start-up below jit + persistent cache"
+RUNTIME = "runtime"
+XLA = "plugin-xla"
+
+_OPS = {"<": operator.lt, "<=": operator.le, ">=": operator.ge}
+
+
+@dataclass(frozen=True)
+class Target:
+    """``mode``'s median over ``over``'s, in comparison (case, label), against ``limit``."""
+
+    source: str
+    case: str
+    label: str
+    mode: str
+    over: str
+    op: str
+    limit: float
+    #: Fresh processes per mode the source asks the figure to rest on.
+    min_rounds: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.case}, {self.label}: {self.mode} / {self.over} {self.op} {self.limit:g}"
+
+
+def _startup_targets(depths: Iterable[int]) -> list[Target]:
+    found = [
+        Target(
+            STARTUP,
+            "page example",
+            "whole process",
+            "ppy run warm",
+            "python + jax cache",
+            "<",
+            1,
+            9,
+        )
+    ]
+    for layers in depths:
+        case = f"deep model, {layers} layers"
+        found.append(
+            Target(STARTUP, case, "whole process", "ppy run warm", "python + jax cache", "<", 1, 9)
+        )
+        if layers >= 40:
+            found.append(
+                Target(STARTUP, case, "whole process", "ppy run warm", "python", "<=", 0.6, 9)
+            )
+        found.append(Target(STARTUP, case, "first call", "ppy run warm", "python", "<=", 0.2, 9))
+        found.append(Target(RUNTIME, case, "first call", "ppy run warm", "python", "<=", 0.3))
+    return found
+
+
+TARGETS: tuple[Target, ...] = (
+    *_startup_targets((10, 40, 80)),
+    Target(RUNTIME, "per-call overhead", "small input (8x4)", "staged", "jitted", "<=", 1.3),
+    Target(RUNTIME, "per-call overhead", "medium input (64x256)", "staged", "jitted", "<=", 1.3),
+    *(
+        target
+        for key in ("collatz, longest chain below 300000", "Leibniz series, 3000000 terms")
+        for target in (
+            Target(XLA, "xla scalar", key, "CPython", "staged", ">=", 15),
+            Target(XLA, "xla scalar", key, "staged", "numba", "<=", 3),
+        )
+    ),
+)
+
+
+def check(
+    comparisons: Sequence[Comparison], targets: Iterable[Target] = TARGETS
+) -> list[dict[str, object]]:
+    """Each target whose comparison this run measured, with its ratio and verdict."""
+    by_key = {(c.case, c.label): c for c in comparisons}
+    found: list[dict[str, object]] = []
+    for target in targets:
+        comparison = by_key.get((target.case, target.label))
+        if comparison is None:
+            continue
+        ratio = comparison.ratio(target.mode, target.over)
+        rounds = min(len(comparison.samples[target.mode]), len(comparison.samples[target.over]))
+        found.append(
+            {
+                "name": target.name,
+                "source": target.source,
+                "case": target.case,
+                "label": target.label,
+                "mode": target.mode,
+                "over": target.over,
+                "op": target.op,
+                "limit": target.limit,
+                "ratio": ratio,
+                "met": bool(_OPS[target.op](ratio, target.limit)),
+                "rounds": rounds,
+                "enough_rounds": rounds >= target.min_rounds,
+            }
+        )
+    return found
