@@ -43,7 +43,7 @@ FULL = Plan(
 QUICK = replace(
     FULL,
     mode="quick",
-    startup_rounds=2,
+    startup_rounds=1,
     overhead_processes=1,
     overhead_calls=2000,
     xla_rounds=1,
