@@ -99,6 +99,37 @@ def test_verbose_logs_every_calls_path_and_ppy_cache_shows_and_clears(
     emptied = ppy("cache").stdout
     assert "0 staged executables" in emptied and "0 unstaged computations" in emptied
 
+
+SCALAR_PROGRAM = """\
+from ppy import xla
+
+
+@xla.jit
+def halve(n: int) -> int:
+    return n // 2
+
+
+if __name__ == "__main__":
+    print(halve(9), halve(9.0), halve(-3))
+"""
+
+
+def test_verbose_logs_the_path_of_every_scalar_call(
+    make_project: Callable[..., Path], ppy: Run
+) -> None:
+    root = make_project({"prog.ppy": SCALAR_PROGRAM})
+    ran = ppy("-v", "--log-format", "json", "run", "prog.ppy", cwd=root)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == python(root / "prog.ppy") == "4 4.0 -2\n"
+    events = [json.loads(line) for line in ran.stderr.splitlines()]
+    calls = [(e["function"], e["path"]) for e in events if e["event"] == "run.call"]
+    assert calls == [("halve", "staged"), ("halve", "original"), ("halve", "staged")]
+    (fallback,) = [e for e in events if e["event"] == "run.fallback"]
+    assert fallback["category"] == "type"
+
+    quiet = ppy("--log-format", "json", "run", "prog.ppy", cwd=root)
+    assert quiet.returncode == 0 and "run.call" not in quiet.stderr
+
     again = ppy("-v", "--log-format", "json", "run", "prog.ppy", cwd=root)
     assert again.stdout == ran.stdout
     assert "1 staged executable," in ppy("cache").stdout

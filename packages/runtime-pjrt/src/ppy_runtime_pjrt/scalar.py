@@ -32,6 +32,12 @@ def _log() -> Any:
     return get_logger()
 
 
+def _verbose() -> bool:
+    from ppy.log import verbose
+
+    return verbose()
+
+
 class StagedScalar:
     """Callable in place of an ``@xla.jit`` function; falls back to ``original``."""
 
@@ -46,6 +52,8 @@ class StagedScalar:
         self._reasons: set[str] = set()
         self.fallbacks = 0
         self.staged_calls = 0
+        # Under -v every call's path is logged (run.call), as for jax.export entries.
+        self._verbose = _verbose()
         functools.update_wrapper(self, original)
 
     def _fallback(self, why: tuple[str, str], *args: Any, **kwargs: Any) -> Any:
@@ -94,6 +102,15 @@ class StagedScalar:
         return self._executable
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not self._verbose:
+            return self._call(args, kwargs)
+        before = self.fallbacks
+        result = self._call(args, kwargs)
+        path = "original" if self.fallbacks > before else "staged"
+        _log().info("run.call", module=self.entry.module, function=self.entry.qualname, path=path)
+        return result
+
+    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if kwargs:
             return self._fallback(("keywords", "keyword arguments"), *args, **kwargs)
         reason = self._guard(args)
