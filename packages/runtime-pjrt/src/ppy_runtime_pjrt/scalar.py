@@ -20,7 +20,7 @@ from ppy.entry import Entry
 from ppy.kinds import INT64_MAX, INT64_MIN, MIN_NORMAL_FLOAT64, KindError, XlaScalar
 from ppy.runtime import NotBound
 
-__all__ = ["ScalarRuntime", "StagedScalar"]
+__all__ = ["LoggedScalar", "ScalarRuntime", "StagedScalar"]
 
 #: The Python type of each of the contract's scalar types.
 _TYPES = {"float": float, "int": int, "bool": bool}
@@ -30,12 +30,6 @@ def _log() -> Any:
     from ppy.log import get_logger
 
     return get_logger()
-
-
-def _verbose() -> bool:
-    from ppy.log import verbose
-
-    return verbose()
 
 
 class StagedScalar:
@@ -52,8 +46,6 @@ class StagedScalar:
         self._reasons: set[str] = set()
         self.fallbacks = 0
         self.staged_calls = 0
-        # Under -v every call's path is logged (run.call), as for jax.export entries.
-        self._verbose = _verbose()
         functools.update_wrapper(self, original)
 
     def _fallback(self, why: tuple[str, str], *args: Any, **kwargs: Any) -> Any:
@@ -102,15 +94,6 @@ class StagedScalar:
         return self._executable
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if not self._verbose:
-            return self._call(args, kwargs)
-        before = self.fallbacks
-        result = self._call(args, kwargs)
-        path = "original" if self.fallbacks > before else "staged"
-        _log().info("run.call", module=self.entry.module, function=self.entry.qualname, path=path)
-        return result
-
-    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if kwargs:
             return self._fallback(("keywords", "keyword arguments"), *args, **kwargs)
         reason = self._guard(args)
@@ -133,6 +116,19 @@ class StagedScalar:
         return _TYPES[self.result_type](result)
 
 
+class LoggedScalar(StagedScalar):
+    """Under ``-v``: the same, and every call's path is logged (``run.call``),
+    as for ``jax.export`` entries. Chosen at bind time, so a quiet run's calls
+    pay nothing for it."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        before = self.fallbacks
+        result = super().__call__(*args, **kwargs)
+        path = "original" if self.fallbacks > before else "staged"
+        _log().info("run.call", module=self.entry.module, function=self.entry.qualname, path=path)
+        return result
+
+
 class ScalarRuntime:
     """Loads ``xla.scalar`` entries."""
 
@@ -143,4 +139,7 @@ class ScalarRuntime:
             raise NotBound(str(error)) from error
         if "cpu" not in entry.platforms:
             raise NotBound(f"staged for {', '.join(entry.platforms)}, this runtime runs cpu")
-        return StagedScalar(entry, contract, original)
+        from ppy.log import verbose
+
+        staged = LoggedScalar if verbose() else StagedScalar
+        return staged(entry, contract, original)
