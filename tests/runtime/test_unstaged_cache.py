@@ -2,9 +2,10 @@
 
 Under ``ppy run`` a program's eager ops (``jnp.arange``, ``reshape``,
 iterating over an array) come from ppy's per-user cache from the second run
-on, with the program's JAX config flags as ``python`` sees them and the same
-output. Where the program's environment turns on jax's own persistent cache,
-or ``PPY_UNSTAGED_CACHE=0`` is set, ppy steps aside.
+on, without being lowered again, with the program's JAX config flags as
+``python`` sees them and the same output. Where the program's environment
+turns on jax's own persistent cache, or ``PPY_UNSTAGED_CACHE=0`` is set, ppy
+steps aside.
 """
 
 from __future__ import annotations
@@ -89,6 +90,10 @@ def _unstaged(events: list[dict[str, Any]]) -> dict[str, str]:
     return {e["computation"]: e["source"] for e in events if e["event"] == "cache.unstaged"}
 
 
+def _lowered(events: list[dict[str, Any]]) -> dict[str, bool]:
+    return {e["computation"]: e["lowered"] for e in events if e["event"] == "cache.unstaged"}
+
+
 def test_eager_ops_are_loaded_from_the_cache_on_the_second_run(
     project: Path, ppy: Run, cache_dir: Path
 ) -> None:
@@ -103,6 +108,9 @@ def test_eager_ops_are_loaded_from_the_cache_on_the_second_run(
     assert {"jit_iota", "jit_sin", "jit_reshape"} <= set(compiled)
     assert set(compiled.values()) == {"compiled"}
     assert _unstaged(second_events) == dict.fromkeys(compiled, "cache")
+    # Each is one a key before lowering covers: loaded without being lowered.
+    assert _lowered(first_events) == dict.fromkeys(compiled, True)
+    assert _lowered(second_events) == dict.fromkeys(compiled, False)
 
 
 def test_a_program_with_jax_s_own_cache_keeps_it(

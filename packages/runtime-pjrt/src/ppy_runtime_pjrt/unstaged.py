@@ -42,6 +42,8 @@ from typing import Any
 
 from ppy.cache import ExecutableCache
 
+from ppy_runtime_pjrt import eager
+
 __all__ = ["ENV", "install", "staging", "uninstall"]
 
 #: Set to 0 (or off, false, no) to compile unstaged computations as jax would.
@@ -96,6 +98,9 @@ def install(cache: ExecutableCache) -> bool:
             return False
         compiler.compile_or_get_cached = _wrapped(original)
     _cache = cache
+    reason = eager.install(cache, _steps_aside)
+    if reason is not None:
+        _log().info("run.unstaged_off", reason=f"eager ops are lowered at each start: {reason}")
     return True
 
 
@@ -103,12 +108,25 @@ def uninstall() -> None:
     """Give jax its own compile step back (when the program has ended)."""
     global _cache
     _cache = None
+    eager.uninstall()
     import sys
 
     compiler = sys.modules.get("jax._src.compiler")
     step = getattr(compiler, "compile_or_get_cached", None)
     if step is not None and getattr(step, _MARK, False):
         compiler.compile_or_get_cached = step.__wrapped__  # type: ignore[union-attr]
+
+
+def _steps_aside() -> bool:
+    """Whether jax's own handling applies to this compile: a staged entry is
+    compiling, or jax's persistent cache is on (or all caching off)."""
+    from jax._src import compilation_cache, config
+
+    return (
+        getattr(_state, "staging", False)
+        or compilation_cache.is_persistent_cache_enabled()
+        or not config.enable_compilation_cache.value
+    )
 
 
 def _unknown_step(step: Callable[..., Any]) -> str | None:
@@ -122,8 +140,6 @@ def _unknown_step(step: Callable[..., Any]) -> str | None:
 
 
 def _wrapped(original: Callable[..., Any]) -> Callable[..., Any]:
-    from jax._src import compilation_cache, config
-
     @functools.wraps(original)
     def compile_or_get_cached(
         backend: Any,
@@ -148,11 +164,9 @@ def _wrapped(original: Callable[..., Any]) -> Callable[..., Any]:
         cache = _cache
         if (
             cache is None
-            or getattr(_state, "staging", False)
             or host_callbacks
             or pgle_profiler is not None
-            or compilation_cache.is_persistent_cache_enabled()
-            or not config.enable_compilation_cache.value
+            or _steps_aside()
             or len({d.process_index for d in devices.flat}) > 1
         ):
             return compile_()
@@ -177,11 +191,14 @@ def _wrapped(original: Callable[..., Any]) -> Callable[..., Any]:
                 )
                 (cache.directory / f"{key}.exe").unlink(missing_ok=True)
             else:
-                _log().debug("cache.unstaged", computation=name, source="cache")
+                _log().debug("cache.unstaged", computation=name, source="cache", lowered=True)
+                eager.produced(executable, data)
                 return executable
         executable = compile_()
-        if _store(cache, key, name, executable, backend):
-            _log().debug("cache.unstaged", computation=name, source="compiled")
+        data = _store(cache, key, name, executable, backend)
+        if data is not None:
+            _log().debug("cache.unstaged", computation=name, source="compiled", lowered=True)
+            eager.produced(executable, data)
         return executable
 
     setattr(compile_or_get_cached, _MARK, True)
@@ -208,16 +225,19 @@ def _skip(name: str, error: Exception) -> None:
     _log().debug("cache.unstaged_skip", computation=name, reason=f"{type(error).__name__}: {error}")
 
 
-def _store(cache: ExecutableCache, key: str, name: str, executable: Any, backend: Any) -> bool:
-    """Whether the executable is now in the cache."""
+def _store(
+    cache: ExecutableCache, key: str, name: str, executable: Any, backend: Any
+) -> bytes | None:
+    """The executable's bytes, once they are in the cache."""
     try:
         serialize = getattr(executable, "serialize", None)
         data = serialize() if serialize is not None else backend.serialize_executable(executable)
     except Exception as error:  # some executables (host callbacks, ...) do not serialize
         _skip(name, error)
-        return False
+        return None
+    data = bytes(data)
     try:
-        cache.put(key, bytes(data))
+        cache.put(key, data)
     except OSError as error:
         _log().warning(
             "cache.unwritable",
@@ -225,5 +245,5 @@ def _store(cache: ExecutableCache, key: str, name: str, executable: Any, backend
             error=str(error),
             remedy="set PPY_CACHE_DIR to a writable directory",
         )
-        return False
-    return True
+        return None
+    return data

@@ -1,0 +1,443 @@
+"""Eager ops loaded from the cache before they are lowered.
+
+The compile-step cache (``unstaged``) is keyed, as jax's own persistent cache
+is, on the lowered module, so a hit still pays for lowering: tracing to
+MLIR, and for the first lowering of a process the creation of jax's MLIR
+context (some 20 ms here), then a few ms per op. For a small program that
+is most of what it spends after ``import jax``.
+
+An eager op (``jnp.arange``, ``reshape``, iterating over an array, a jitted
+jnp helper applied outside any jit) reaches jax's compile path as a small
+jaxpr of lax primitives whose lowering is a function of what the jaxpr
+says. So jax's call of a jaxpr (``jax._src.pjit._pjit_call_impl_python``,
+reached on a miss of jax's in-process dispatch cache) is wrapped, and a
+jaxpr that qualifies is looked up before lowering under a key of
+everything its executable depends on:
+
+- the jaxpr itself: each equation's primitive, its parameters, its operands
+  and results with their full types (dtype, shape, weak type, sharding);
+- the function name and the operands' placement (committed or not);
+- the device (platform, platform version, kind, id), jax's and jaxlib's
+  versions, every jax config value as this thread sees it, ``XLA_FLAGS``.
+
+A jaxpr qualifies when every equation is a primitive of jax's own lax
+modules with parameters that are plain data (numbers, strings, dtypes,
+enums, tuples of them; no sub-jaxpr, no callable), it closes over no
+constant and has no effect, its operands are arrays or scalars on the
+default device, and it asks for no sharding, layout, donation, mesh or
+compiler option. Anything else takes jax's path unchanged (and the
+compile-step cache). The stored value is what
+``jax.experimental.serialize_executable`` pickles: jax's unloaded executable,
+with its XLA executable serialized by the backend. A hit is checked against
+the jaxpr's input and output types before it is used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import hashlib
+import inspect
+import io
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ppy.cache import ExecutableCache
+
+__all__ = ["install", "produced", "uninstall"]
+
+#: The parameters of the call this module wraps, in order.
+_PARAMETERS = (
+    "args",
+    "jaxpr",
+    "in_shardings",
+    "out_shardings",
+    "in_layouts",
+    "out_layouts",
+    "donated_invars",
+    "ctx_mesh",
+    "name",
+    "keep_unused",
+    "inline",
+    "compiler_options_kvs",
+)
+_MARK = "__ppy_eager__"
+#: Bumped whenever what a key covers changes.
+_FORMAT = "ppy-eager 1"
+_cache: ExecutableCache | None = None
+_state = threading.local()
+
+
+class _Refused(Exception):
+    """This computation is not one the cache can key; jax handles it."""
+
+
+def install(cache: ExecutableCache, steps_aside: Callable[[], bool]) -> str | None:
+    """Wrap jax's call of a jaxpr, keeping executables in ``cache``; why not,
+    or None when wrapped. ``steps_aside()`` says, per call, that jax's own
+    handling applies (its persistent cache is on, a staged entry compiles)."""
+    global _cache
+    from jax._src import pjit
+
+    original = pjit._pjit_call_impl_python
+    if not getattr(original, _MARK, False):
+        try:
+            names = tuple(inspect.signature(original).parameters)
+        except (TypeError, ValueError):
+            names = ()
+        if names != _PARAMETERS:
+            return f"this jax's jaxpr call takes ({', '.join(names)}), not the one ppy knows"
+        pjit._pjit_call_impl_python = _wrapped(original, steps_aside)
+    _cache = cache
+    return None
+
+
+def uninstall() -> None:
+    """Give jax its own call back."""
+    global _cache
+    _cache = None
+    import sys
+
+    pjit = sys.modules.get("jax._src.pjit")
+    call = getattr(pjit, "_pjit_call_impl_python", None)
+    if call is not None and getattr(call, _MARK, False):
+        pjit._pjit_call_impl_python = call.__wrapped__  # type: ignore[union-attr]
+
+
+def produced(executable: Any, data: bytes) -> None:
+    """The compile-step cache loaded or compiled ``executable`` as ``data``.
+
+    An executable XLA:CPU loaded from bytes serializes again without its
+    code, so what is stored here reuses the bytes it came from rather than
+    serializing it anew.
+    """
+    _state.produced = (executable, data)
+
+
+def _wrapped(original: Callable[..., Any], steps_aside: Callable[[], bool]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def _pjit_call_impl_python(*args: Any, **params: Any) -> Any:
+        cache = _cache
+        if cache is None or steps_aside():
+            return original(*args, **params)
+        name = f"jit_{params['name']}"
+        try:
+            key, device = _key(args, **params)
+        except _Refused:
+            return original(*args, **params)
+        except Exception as error:  # a jax object this module does not know: jax's path
+            _skip(name, error)
+            return original(*args, **params)
+        executable = _load(cache, key, device, params["jaxpr"])
+        if executable is not None:
+            _log().debug("cache.unstaged", computation=name, source="cache", lowered=False)
+            return executable.unsafe_call(*args), executable, None, []
+        _state.produced = None
+        result = original(*args, **params)
+        made, _state.produced = getattr(_state, "produced", None), None
+        try:
+            _store(cache, key, result, made)
+        except Exception as error:  # only a shortcut: the result stands
+            _skip(name, error)
+        return result
+
+    setattr(_pjit_call_impl_python, _MARK, True)
+    return _pjit_call_impl_python
+
+
+def _log() -> Any:
+    from ppy.log import get_logger
+
+    return get_logger()
+
+
+def _skip(name: str, error: Exception) -> None:
+    _log().debug("cache.unstaged_skip", computation=name, reason=f"{type(error).__name__}: {error}")
+
+
+# --- the key ---------------------------------------------------------------
+
+
+def _key(
+    args: tuple[Any, ...],
+    *,
+    jaxpr: Any,
+    in_shardings: Any,
+    out_shardings: Any,
+    in_layouts: Any,
+    out_layouts: Any,
+    donated_invars: Any,
+    ctx_mesh: Any,
+    name: str,
+    keep_unused: bool,
+    inline: bool,
+    compiler_options_kvs: Any,
+) -> tuple[str, Any]:
+    """(the cache key, the device it runs on); ``_Refused`` when it has none."""
+    import jax
+    from jax._src import config
+    from jax._src.interpreters import pxla
+    from jax._src.lib import version_str
+    from jax._src.named_sharding import UnspecifiedValue
+
+    if (
+        jaxpr.consts
+        or jaxpr.effects
+        or any(not isinstance(s, UnspecifiedValue) for s in (*in_shardings, *out_shardings))
+        or any(layout is not None for layout in (*in_layouts, *out_layouts))
+        or any(donated_invars)
+        or not ctx_mesh.empty
+        or compiler_options_kvs
+        or config.enable_pgle.value
+        or len(args) != len(jaxpr.in_avals)
+    ):
+        raise _Refused
+    # What refuses most often is looked at first.
+    body = _jaxpr_text(jaxpr.jaxpr)
+    device = pxla.get_default_device()
+    placement = " ".join(_placement(arg, device) for arg in args)
+    parts = [
+        _FORMAT,
+        f"jax={jax.__version__} jaxlib={version_str}",
+        f"device={device.platform} {device.client.platform_version} {device.device_kind} "
+        f"{device.id} {device.process_index}",
+        f"xla_flags={os.environ.get('XLA_FLAGS', '')}",
+        f"libtpu={os.environ.get('LIBTPU_INIT_ARGS', '')}",
+        f"config={_config_text()}",
+        f"name={name} keep_unused={keep_unused} inline={inline}",
+        f"args={placement}",
+        body,
+    ]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest(), device
+
+
+def _config_text() -> str:
+    """Every jax config value, as this thread sees the traced ones."""
+    import jax
+    from jax._src import config, core
+
+    values = sorted(jax.config.values.items())
+    traced = []
+    for value in config.trace_context():
+        if isinstance(value, core.AxisEnv):
+            if value.axis_sizes or value.spmd_axis_names or value.explicit_mesh_axis_names:
+                raise _Refused  # inside a named-axis context
+            continue
+        traced.append(_canon(value))
+    return _canon(values) + " " + " ".join(traced)
+
+
+def _placement(arg: Any, device: Any) -> str:
+    import numpy as np
+    from jax._src.array import ArrayImpl
+    from jax._src.sharding_impls import SingleDeviceSharding
+
+    if isinstance(arg, ArrayImpl):
+        sharding = arg.sharding
+        if not isinstance(sharding, SingleDeviceSharding) or sharding._device != device:
+            raise _Refused  # placed elsewhere: jax picks the devices
+        return "committed" if arg._committed else "array"
+    if isinstance(arg, (np.ndarray, np.generic, bool, int, float, complex)):
+        return "host"
+    raise _Refused
+
+
+@functools.cache
+def _primitives() -> frozenset[Any]:
+    """The primitives of jax's own lax modules, whose lowering jax defines."""
+    from jax._src import core
+    from jax._src.lax import convolution, fft, lax, slicing, special, windowed_reductions
+
+    modules = (lax, slicing, special, convolution, fft, windowed_reductions)
+    return frozenset(
+        value
+        for module in modules
+        for value in vars(module).values()
+        if isinstance(value, core.Primitive)
+    )
+
+
+def _jaxpr_text(jaxpr: Any) -> str:
+    """The jaxpr written out in full: every equation, parameter and type."""
+    from jax._src import core
+
+    names: dict[Any, str] = {}
+    allowed = _primitives()
+
+    def atom(var: Any) -> str:
+        if isinstance(var, core.Literal):
+            return f"literal({_canon(var.val)}:{_aval(var.aval)})"
+        if isinstance(var, core.DropVar):
+            return f"_:{_aval(var.aval)}"
+        if var not in names:
+            names[var] = f"v{len(names)}:{_aval(var.aval)}"
+        return names[var]
+
+    lines = ["in " + " ".join(atom(v) for v in jaxpr.invars)]
+    for eqn in jaxpr.eqns:
+        if eqn.primitive not in allowed or eqn.effects:
+            raise _Refused
+        params = _canon(sorted(eqn.params.items()))
+        ins = " ".join(atom(v) for v in eqn.invars)
+        outs = " ".join(atom(v) for v in eqn.outvars)
+        lines.append(f"{eqn.primitive.name} {params} ({ins}) -> ({outs})")
+    lines.append("out " + " ".join(atom(v) for v in jaxpr.outvars))
+    return "\n".join(lines)
+
+
+def _aval(aval: Any) -> str:
+    from jax._src import core
+
+    if type(aval) is not core.ShapedArray:
+        raise _Refused
+    fields = (
+        aval.dtype,
+        aval.shape,
+        aval.weak_type,
+        aval.sharding,
+        getattr(aval, "vma", None),
+        getattr(aval, "memory_space", None),
+        getattr(aval, "manual_axis_type", None),
+    )
+    return _canon(fields)
+
+
+_PLAIN = (type(None), bool, int, float, complex, str, bytes)
+
+
+def _canon(value: Any) -> str:
+    """A text that differs whenever the value does; ``_Refused`` for a value
+    that is not plain data (a callable, a jaxpr, an object of unknown state)."""
+    import numpy as np
+
+    if isinstance(value, _PLAIN):
+        return f"{type(value).__name__}:{value!r}"
+    if isinstance(value, np.dtype):
+        return f"dtype:{value.str}:{value.name}"
+    if isinstance(value, np.generic | np.ndarray):
+        array = np.asarray(value)
+        if array.dtype.hasobject or array.size > 16:
+            raise _Refused
+        return f"np:{array.dtype.str}:{array.shape}:{array.tobytes().hex()}"
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__module__}.{type(value).__qualname__}.{value.name}"
+    if isinstance(value, tuple | list | frozenset | set):
+        items = (
+            sorted(_canon(v) for v in value)
+            if isinstance(value, frozenset | set)
+            else [_canon(v) for v in value]
+        )
+        return f"{type(value).__qualname__}({', '.join(items)})"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = [f"{f.name}={_canon(getattr(value, f.name))}" for f in dataclasses.fields(value)]
+        return f"{type(value).__module__}.{type(value).__qualname__}({', '.join(fields)})"
+    if type(value).__module__.startswith(("jax.", "jaxlib.")) and _is_plain_jax(value):
+        return f"{type(value).__module__}.{type(value).__qualname__}:{value!r}"
+    raise _Refused
+
+
+def _is_plain_jax(value: Any) -> bool:
+    """jax's abstract shardings, partition specs and manual-axis types print
+    all they hold; a sharding over concrete devices is not keyed."""
+    from jax._src import core, mesh, named_sharding, partition_spec
+
+    plain = (
+        mesh.AbstractMesh,
+        named_sharding.NamedSharding,
+        partition_spec.PartitionSpec,
+        core.ManualAxisType,
+    )
+    return isinstance(value, plain) and not isinstance(getattr(value, "mesh", None), mesh.Mesh)
+
+
+# --- the executable --------------------------------------------------------
+
+
+def _load(cache: ExecutableCache, key: str, device: Any, jaxpr: Any) -> Any:
+    """The loaded executable, or None when absent or not the jaxpr's."""
+    data = cache.get(key)
+    if data is None:
+        return None
+    from jax._src.interpreters import pxla
+    from jax.experimental import serialize_executable
+
+    try:
+        unpickler = serialize_executable._JaxPjrtUnpickler(  # type: ignore[no-untyped-call]
+            io.BytesIO(data), device.client, [device]
+        )
+        unloaded = unpickler.load()
+        if not isinstance(unloaded, pxla.UnloadedMeshExecutable) or (
+            tuple(unloaded.output_avals) != tuple(jaxpr.out_avals)
+        ):
+            raise ValueError("the stored executable is not this computation's")
+        return unloaded.load()
+    except Exception as error:
+        _log().warning(
+            "cache.unloadable",
+            key=key,
+            error=f"{type(error).__name__}: {error}",
+            remedy="it is compiled again",
+        )
+        (cache.directory / f"{key}.exe").unlink(missing_ok=True)
+        return None
+
+
+def _store(
+    cache: ExecutableCache, key: str, result: Any, produced: tuple[Any, bytes] | None
+) -> None:
+    """Keep what jax compiled, when the compile step gave its bytes and it
+    carries nothing a file cannot."""
+    _, executable, profiler, const_args = result
+    unloaded = getattr(executable, "_unloaded_executable", None)
+    if (
+        unloaded is None
+        or produced is None
+        or produced[0] is not unloaded.xla_executable
+        or profiler is not None
+        or const_args
+        or unloaded.host_callbacks
+        or unloaded.keepalive
+        or unloaded.ordered_effects
+        or unloaded.unordered_effects
+        or unloaded.mut is not None
+    ):
+        return
+    try:
+        with io.BytesIO() as file:
+            _pickler(file, *produced).dump(unloaded)
+            data = file.getvalue()
+    except Exception as error:  # some executables do not serialize
+        _skip(unloaded.name, error)
+        return
+    try:
+        cache.put(key, data)
+    except OSError as error:
+        _log().warning(
+            "cache.unwritable",
+            path=str(cache.directory),
+            error=str(error),
+            remedy="set PPY_CACHE_DIR to a writable directory",
+        )
+
+
+def _pickler(file: io.BytesIO, executable: Any, data: bytes) -> Any:
+    """jax's executable pickler, writing ``executable`` as ``data``."""
+    from jax.experimental import serialize_executable
+
+    executables = (
+        serialize_executable.xc.LoadedExecutable,  # type: ignore[attr-defined]
+        serialize_executable._jax.Executable,  # type: ignore[attr-defined]
+    )
+
+    class Pickler(serialize_executable._JaxPjrtPickler):
+        def persistent_id(self, obj: Any) -> Any:
+            if obj is executable:
+                return ("exec", data)
+            if isinstance(obj, executables):
+                raise ValueError("the executable holds another executable")
+            return super().persistent_id(obj)  # type: ignore[no-untyped-call]
+
+    return Pickler(file)
