@@ -133,6 +133,24 @@ def test_a_config_value_changes_the_key() -> None:
     assert base is not None and raised is not None and raised != base
 
 
+def test_a_lowering_rule_registered_over_jax_s_is_not_keyed() -> None:
+    from jax._src.lax import lax as lax_internal
+
+    x = jnp.ones((3,), jnp.float32)
+    assert _key(jnp.sin, x) is not None
+    saved = mlir._lowerings[lax_internal.sin_p]
+
+    def sine(ctx: Any, operand: Any, **params: Any) -> Any:
+        return saved.rule(ctx, operand, **params)
+
+    mlir.register_lowering(lax_internal.sin_p, sine)
+    try:
+        assert _key(jnp.sin, x) is None  # another rule could lower it differently
+    finally:
+        mlir._lowerings[lax_internal.sin_p] = saved
+    assert _key(jnp.sin, x) is not None
+
+
 def test_what_the_key_cannot_cover_takes_jax_s_path(
     cache: ExecutableCache, lowerings: list[str]
 ) -> None:

@@ -14,22 +14,25 @@ reached on a miss of jax's in-process dispatch cache) is wrapped, and a
 jaxpr that qualifies is looked up before lowering under a key of
 everything its executable depends on:
 
-- the jaxpr itself: each equation's primitive, its parameters, its operands
-  and results with their full types (dtype, shape, weak type, sharding);
+- the jaxpr itself: each equation's primitive, its lowering rule, its
+  parameters, its operands and results with their full types (dtype, shape,
+  weak type, sharding);
 - the function name and the operands' placement (committed or not);
 - the device (platform, platform version, kind, id), jax's and jaxlib's
   versions, every jax config value as this thread sees it, ``XLA_FLAGS``.
 
 A jaxpr qualifies when every equation is a primitive of jax's own lax
-modules with parameters that are plain data (numbers, strings, dtypes,
-enums, tuples of them; no sub-jaxpr, no callable), it closes over no
-constant and has no effect, its operands are arrays or scalars on the
-default device, and it asks for no sharding, layout, donation, mesh or
-compiler option. Anything else takes jax's path unchanged (and the
-compile-step cache). The stored value is what
-``jax.experimental.serialize_executable`` pickles: jax's unloaded executable,
-with its XLA executable serialized by the backend. A hit is checked against
-the jaxpr's input and output types before it is used.
+modules, lowered by jax's own rule, with parameters that are plain data
+(numbers, strings, dtypes, enums, tuples of them; no sub-jaxpr, no
+callable), it closes over no constant and has no effect, its operands are
+arrays or scalars on the default device, and it asks for no sharding,
+layout, donation, mesh or compiler option. Anything else takes jax's path
+unchanged (and the compile-step cache). The stored value is what
+``jax.experimental.serialize_executable`` pickles, jax's unloaded
+executable, with as its XLA executable the bytes the compile step compiled
+or loaded. A hit is checked against the jaxpr's result types before it is
+used. The switch is the compile-step cache's (``PPY_UNSTAGED_CACHE``), and
+so are the times it steps aside.
 """
 
 from __future__ import annotations
@@ -195,9 +198,9 @@ def _key(
         or len(args) != len(jaxpr.in_avals)
     ):
         raise _Refused
-    # What refuses most often is looked at first.
-    body = _jaxpr_text(jaxpr.jaxpr)
     device = pxla.get_default_device()
+    # What refuses most often is looked at first.
+    body = _jaxpr_text(jaxpr.jaxpr, device.platform)
     placement = " ".join(_placement(arg, device) for arg in args)
     parts = [
         _FORMAT,
@@ -260,8 +263,9 @@ def _primitives() -> frozenset[Any]:
     )
 
 
-def _jaxpr_text(jaxpr: Any) -> str:
-    """The jaxpr written out in full: every equation, parameter and type."""
+def _jaxpr_text(jaxpr: Any, platform: str) -> str:
+    """The jaxpr written out in full: every equation, its lowering rule,
+    parameters and types."""
     from jax._src import core
 
     names: dict[Any, str] = {}
@@ -283,9 +287,25 @@ def _jaxpr_text(jaxpr: Any) -> str:
         params = _canon(sorted(eqn.params.items()))
         ins = " ".join(atom(v) for v in eqn.invars)
         outs = " ".join(atom(v) for v in eqn.outvars)
-        lines.append(f"{eqn.primitive.name} {params} ({ins}) -> ({outs})")
+        rule = _rule(eqn.primitive, platform)
+        lines.append(f"{eqn.primitive.name} {rule} {params} ({ins}) -> ({outs})")
     lines.append("out " + " ".join(atom(v) for v in jaxpr.outvars))
     return "\n".join(lines)
+
+
+def _rule(primitive: Any, platform: str) -> str:
+    """The lowering rule jax has for the primitive here, which must be jax's
+    own: a rule a program or library registered over it is not keyed."""
+    from jax._src.interpreters import mlir
+
+    entry = mlir._platform_specific_lowerings.get(platform, {}).get(primitive)
+    entry = entry if entry is not None else mlir._lowerings.get(primitive)
+    rule = getattr(entry, "rule", None)
+    function = getattr(rule, "func", rule)  # through a functools.partial
+    module = getattr(function, "__module__", None) or ""
+    if not module.startswith("jax._src."):
+        raise _Refused
+    return f"{module}.{getattr(function, '__qualname__', '?')}"
 
 
 def _aval(aval: Any) -> str:

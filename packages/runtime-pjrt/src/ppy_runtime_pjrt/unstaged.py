@@ -27,6 +27,9 @@ entries (cached under their entry keys). ``PPY_UNSTAGED_CACHE=0`` turns it
 off. If this jax's compile step is not the one this module knows, nothing is
 wrapped and ``run.unstaged_off`` says why. Each lookup is a debug event,
 ``cache.unstaged``, naming the computation and where it came from.
+
+Installing this also installs its front layer (``eager``), which finds most
+eager ops before they are even lowered.
 """
 
 from __future__ import annotations
