@@ -117,3 +117,24 @@ def test_a_key_depends_on_everything_the_executable_does() -> None:
 def test_a_key_that_is_not_a_digest_is_refused(cache_dir: Path) -> None:
     with pytest.raises(ValueError, match="64 hex digits"):
         ExecutableCache().get("../../etc/passwd")
+
+
+def test_an_entry_that_cannot_be_written_is_a_warning_not_an_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    cache = ExecutableCache(blocker / "cache")  # cannot be created under a file
+    with capture_logs() as events:
+        assert cache.keep(KEY, b"native code", function="f") is False
+    (event,) = [e for e in events if e["event"] == "cache.unwritable"]
+    assert event["function"] == "f" and "PPY_CACHE_DIR" in event["remedy"]
+    assert ExecutableCache(tmp_path / "ok").keep(KEY, b"native code") is True
+
+
+def test_an_entry_that_does_not_load_is_discarded(cache_dir: Path) -> None:
+    cache = ExecutableCache()
+    cache.put(KEY, b"from another jaxlib")
+    with capture_logs() as events:
+        cache.discard(KEY, ValueError("bad executable"), function="f")
+    (event,) = [e for e in events if e["event"] == "cache.unloadable"]
+    assert event["error"] == "ValueError: bad executable" and event["function"] == "f"
+    assert cache.get(KEY) is None and not (cache_dir / f"{KEY}.exe").exists()

@@ -165,6 +165,36 @@ class ExecutableCache:
         _log().debug("cache.write", key=key, bytes=len(data))
         return path
 
+    def keep(self, key: str, data: bytes, **context: Any) -> bool:
+        """``put``, for a runtime that can go on without the entry: a failure
+        to write is the warning ``cache.unwritable``; whether it was written."""
+        try:
+            self.put(key, data)
+        except OSError as error:
+            _log().warning(
+                "cache.unwritable",
+                path=str(self.directory),
+                error=str(error),
+                remedy=f"set {CACHE_ENV} to a writable directory",
+                **context,
+            )
+            return False
+        return True
+
+    def discard(self, key: str, error: BaseException, **context: Any) -> None:
+        """Forget an entry that passed its checksum but does not load here
+        (written by another build of jaxlib under the same version string, or
+        for another device): the warning ``cache.unloadable``, and the file
+        goes, so the caller's compile replaces it."""
+        _log().warning(
+            "cache.unloadable",
+            key=key,
+            error=f"{type(error).__name__}: {error}",
+            remedy="it is compiled again",
+            **context,
+        )
+        self._path(key).unlink(missing_ok=True)
+
     def untrusted(self) -> str | None:
         """Why the directory cannot be trusted with executables, or None (absent is fine)."""
         try:

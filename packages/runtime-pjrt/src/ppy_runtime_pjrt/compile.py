@@ -26,7 +26,7 @@ from typing import Any
 
 import jax
 from jax.experimental import serialize_executable
-from ppy.cache import CACHE_ENV, ExecutableCache, executable_key
+from ppy.cache import ExecutableCache, executable_key
 
 from ppy_runtime_pjrt import unstaged
 from ppy_runtime_pjrt.guard import Signature
@@ -125,22 +125,8 @@ class Executables:
                 execution_devices=[self.device],
             )
         except Exception as error:
-            # The bytes passed their checksum, so they are what was written,
-            # but this jaxlib cannot load them (written by another build of
-            # it under the same version string, or for another device).
-            from ppy.log import get_logger
-
-            get_logger().warning(
-                "cache.unloadable",
-                key=key,
-                module=self.module,
-                function=self.qualname,
-                error=f"{type(error).__name__}: {error}",
-                remedy="it is compiled again",
-            )
             assert self.cache is not None
-            path = self.cache.directory / f"{key}.exe"
-            path.unlink(missing_ok=True)
+            self.cache.discard(key, error, module=self.module, function=self.qualname)
             return None
 
     def _compile(self, signature: Signature) -> Any:
@@ -166,14 +152,4 @@ class Executables:
                 reason=f"this executable cannot be serialized: {error}",
             )
             return
-        try:
-            self.cache.put(key, data)
-        except OSError as error:
-            from ppy.log import get_logger
-
-            get_logger().warning(
-                "cache.unwritable",
-                path=str(self.cache.directory),
-                error=str(error),
-                remedy=f"set {CACHE_ENV} to a writable directory",
-            )
+        self.cache.keep(key, data)

@@ -395,13 +395,7 @@ def _load(cache: ExecutableCache, key: str, device: Any, jaxpr: Any) -> Any:
             raise ValueError("the stored executable is not this computation's")
         return unloaded.load()
     except Exception as error:
-        _log().warning(
-            "cache.unloadable",
-            key=key,
-            error=f"{type(error).__name__}: {error}",
-            remedy="it is compiled again",
-        )
-        (cache.directory / f"{key}.exe").unlink(missing_ok=True)
+        cache.discard(key, error)
         return None
 
 
@@ -432,15 +426,7 @@ def _store(
     except Exception as error:  # some executables do not serialize
         _skip(unloaded.name, error)
         return
-    try:
-        cache.put(key, data)
-    except OSError as error:
-        _log().warning(
-            "cache.unwritable",
-            path=str(cache.directory),
-            error=str(error),
-            remedy="set PPY_CACHE_DIR to a writable directory",
-        )
+    cache.keep(key, data)
 
 
 def _pickler(file: io.BytesIO, executable: Any, data: bytes) -> Any:

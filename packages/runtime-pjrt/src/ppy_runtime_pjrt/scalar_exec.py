@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ppy.cache import CACHE_ENV, ExecutableCache, executable_key
+from ppy.cache import ExecutableCache, executable_key
 from ppy.kinds import SCALAR_DTYPES, XlaScalar
 
 __all__ = ["ScalarExecutable", "compile_options"]
@@ -70,27 +70,13 @@ class ScalarExecutable:
                 log.debug("run.scalar_loaded", function=name, key=key)
                 return exe
             except Exception as error:  # a cache file from another build: compile again
-                log.warning(
-                    "cache.unloadable",
-                    key=key,
-                    function=name,
-                    error=f"{type(error).__name__}: {error}",
-                    remedy="it is compiled again",
-                )
+                cache.discard(key, error, function=name)
         start = time.perf_counter()
         exe = backend.compile_and_load(text, devices, compile_options())
         log.debug(
             "run.scalar_compiled", function=name, ms=round((time.perf_counter() - start) * 1e3, 1)
         )
-        try:
-            cache.put(key, backend.serialize_executable(exe))
-        except OSError as error:
-            log.warning(
-                "cache.unwritable",
-                path=str(cache.directory),
-                error=str(error),
-                remedy=f"set {CACHE_ENV} to a writable directory",
-            )
+        cache.keep(key, backend.serialize_executable(exe))
         return exe
 
     def _cache_key(self, text: str, param_types: Sequence[str]) -> tuple[str, ExecutableCache]:

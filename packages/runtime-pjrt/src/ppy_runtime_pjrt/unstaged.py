@@ -186,13 +186,7 @@ def _wrapped(original: Callable[..., Any]) -> Callable[..., Any]:
                     data, executable_devices, compile_options
                 )
             except Exception as error:
-                _log().warning(
-                    "cache.unloadable",
-                    key=key,
-                    error=f"{type(error).__name__}: {error}",
-                    remedy="it is compiled again",
-                )
-                (cache.directory / f"{key}.exe").unlink(missing_ok=True)
+                cache.discard(key, error)
             else:
                 _log().debug("cache.unstaged", computation=name, source="cache", lowered=True)
                 eager.produced(executable, data)
@@ -239,14 +233,4 @@ def _store(
         _skip(name, error)
         return None
     data = bytes(data)
-    try:
-        cache.put(key, data)
-    except OSError as error:
-        _log().warning(
-            "cache.unwritable",
-            path=str(cache.directory),
-            error=str(error),
-            remedy="set PPY_CACHE_DIR to a writable directory",
-        )
-        return None
-    return data
+    return data if cache.keep(key, data) else None
