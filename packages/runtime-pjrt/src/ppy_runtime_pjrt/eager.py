@@ -50,7 +50,7 @@ from typing import Any
 
 from ppy.cache import ExecutableCache
 
-__all__ = ["install", "produced", "uninstall"]
+__all__ = ["install", "produced", "skip", "uninstall"]
 
 #: The parameters of the call this module wraps, in order.
 _PARAMETERS = (
@@ -117,7 +117,8 @@ def produced(executable: Any, data: bytes) -> None:
     code, so what is stored here reuses the bytes it came from rather than
     serializing it anew.
     """
-    _state.produced = (executable, data)
+    if getattr(_state, "waiting", False):  # only while a miss here compiles
+        _state.produced = (executable, data)
 
 
 def _wrapped(original: Callable[..., Any], steps_aside: Callable[[], bool]) -> Callable[..., Any]:
@@ -132,19 +133,22 @@ def _wrapped(original: Callable[..., Any], steps_aside: Callable[[], bool]) -> C
         except _Refused:
             return original(*args, **params)
         except Exception as error:  # a jax object this module does not know: jax's path
-            _skip(name, error)
+            skip(name, error)
             return original(*args, **params)
         executable = _load(cache, key, device, params["jaxpr"])
         if executable is not None:
             _log().debug("cache.unstaged", computation=name, source="cache", lowered=False)
             return executable.unsafe_call(*args), executable, None, []
-        _state.produced = None
-        result = original(*args, **params)
-        made, _state.produced = getattr(_state, "produced", None), None
+        _state.waiting, _state.produced = True, None
+        try:
+            result = original(*args, **params)
+        finally:
+            made = _state.produced
+            _state.waiting, _state.produced = False, None
         try:
             _store(cache, key, result, made)
         except Exception as error:  # only a shortcut: the result stands
-            _skip(name, error)
+            skip(name, error)
         return result
 
     setattr(_pjit_call_impl_python, _MARK, True)
@@ -157,7 +161,8 @@ def _log() -> Any:
     return get_logger()
 
 
-def _skip(name: str, error: Exception) -> None:
+def skip(name: str, error: Exception) -> None:
+    """The debug event of either unstaged layer for a computation it leaves to jax."""
     _log().debug("cache.unstaged_skip", computation=name, reason=f"{type(error).__name__}: {error}")
 
 
@@ -424,7 +429,7 @@ def _store(
             _pickler(file, *produced).dump(unloaded)
             data = file.getvalue()
     except Exception as error:  # some executables do not serialize
-        _skip(unloaded.name, error)
+        skip(unloaded.name, error)
         return
     cache.keep(key, data)
 

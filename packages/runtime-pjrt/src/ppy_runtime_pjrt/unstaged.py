@@ -177,7 +177,7 @@ def _wrapped(original: Callable[..., Any]) -> Callable[..., Any]:
         try:
             key = _key(computation, devices, compile_options, backend)
         except Exception as error:  # a module jax cannot key is compiled as jax would
-            _skip(name, error)
+            eager.skip(name, error)
             return compile_()
         data = cache.get(key)
         if data is not None:
@@ -218,10 +218,6 @@ def _name(computation: Any) -> str:
         return "?"
 
 
-def _skip(name: str, error: Exception) -> None:
-    _log().debug("cache.unstaged_skip", computation=name, reason=f"{type(error).__name__}: {error}")
-
-
 def _store(
     cache: ExecutableCache, key: str, name: str, executable: Any, backend: Any
 ) -> bytes | None:
@@ -230,7 +226,7 @@ def _store(
         serialize = getattr(executable, "serialize", None)
         data = serialize() if serialize is not None else backend.serialize_executable(executable)
     except Exception as error:  # some executables (host callbacks, ...) do not serialize
-        _skip(name, error)
+        eager.skip(name, error)
         return None
     data = bytes(data)
     return data if cache.keep(key, data) else None
