@@ -1,18 +1,25 @@
 """Sessions: ``nox`` runs them all, as the README's test command does.
 
-- tests: the whole pytest suite against the four distributions.
+- tests: the whole pytest suite against the four distributions, on each
+  Python in ``PYTHONS`` (pip gives 3.11 jax 0.10, and 3.12+ jax 0.12).
 - lint: ruff.
 - typecheck: mypy, strict on core.
 - runtime_only: a venv with only ppy-core and ppy-runtime-pjrt runs an artifact
-  built in another venv.
+  built in another venv, on each Python in ``PYTHONS``.
 - docs: the site under docs/, built with mkdocs --strict (its hooks import ppy).
 
-``nox -s bench`` (not among the defaults) runs the benchmarks: ppy against
-plain JAX, in a venv installed as the README says (not editable), with
-matplotlib and numba. ``nox -s bench -- --quick`` is the short pass.
+``nox -s bench-3.11`` (not among the defaults) runs the benchmarks: ppy
+against plain JAX, in a venv installed as the README says (not editable),
+with matplotlib and numba; ``nox -s bench-3.13`` the same on 3.13 and jax
+0.12. ``nox -s bench-3.11 -- --quick`` is the short pass.
 """
 
 from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
 
 import nox
 
@@ -23,11 +30,44 @@ CORE = "./packages/core"
 RUNTIME = "./packages/runtime-pjrt"
 PACKAGES = [CORE, "./packages/plugin-jax", "./packages/plugin-xla", RUNTIME]
 PYTHON = "3.11"
+#: Every Python the test suite runs on: the oldest supported, and the newest,
+#: which gets the newest jax.
+PYTHONS = ["3.11", "3.13"]
 
 
-@nox.session(python=PYTHON)
+def _runs(command: str) -> bool:
+    try:
+        return subprocess.run([command, "-c", ""], capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+def _use_pyenv(versions: list[str]) -> None:
+    """Put pyenv's interpreters on PATH for the versions PATH cannot run.
+
+    Where pyenv's shims are on PATH, ``python3.13`` is found but refuses to
+    run unless 3.13 is among pyenv's global versions, and nox does not look
+    behind the shims.
+    """
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    for version in versions:
+        if _runs(f"python{version}"):
+            continue
+        found = sorted(
+            root.glob(f"{version}.*/bin/python{version}"),
+            key=lambda p: [int(n) for n in re.findall(r"\d+", p.parent.parent.name)],
+        )
+        if found:
+            os.environ["PATH"] = f"{found[-1].parent}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+_use_pyenv(PYTHONS)
+
+
+@nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
-    session.install(*PACKAGES, "pytest", "pytest-xdist", "hypothesis")
+    # setuptools: tests install fixture plugins with pip's --target, no isolation.
+    session.install(*PACKAGES, "pytest", "pytest-xdist", "hypothesis", "setuptools>=68")
     session.run("pytest", "-n", "2", *session.posargs)
 
 
@@ -45,7 +85,7 @@ def typecheck(session: nox.Session) -> None:
     session.run("mypy", "packages/core/src")
 
 
-@nox.session(python=PYTHON)
+@nox.session(python=PYTHONS)
 def runtime_only(session: nox.Session) -> None:
     """Build with every package in one venv, run with core and the runtime in another."""
     builder = session.create_tmp() + "/build-env"
@@ -62,10 +102,20 @@ def docs(session: nox.Session) -> None:
     session.run("mkdocs", "build", "--strict", "--site-dir", session.create_tmp() + "/site")
 
 
-@nox.session(python=PYTHON)
+@nox.session(python=PYTHONS)
 def bench(session: nox.Session) -> None:
-    """The benchmark runner; posargs go to benchmarks/run.py (e.g. ``-- --quick``)."""
+    """The benchmark runner; posargs go to benchmarks/run.py (e.g. ``-- --quick``).
+
+    ``nox -s bench-3.11`` writes benchmarks/results/ and the README's table;
+    another Python (``nox -s bench-3.13``) writes benchmarks/results/pythonX.Y/
+    and leaves the README alone.
+    """
     session.install(*PACKAGES, "matplotlib", "numba")
     # A reused venv must measure this checkout, not the ppy it was made with.
     session.install("--force-reinstall", "--no-deps", *PACKAGES)
-    session.run("python", "benchmarks/run.py", *session.posargs)
+    where = (
+        []
+        if session.python == PYTHON
+        else ["--results", f"benchmarks/results/python{session.python}", "--no-readme"]
+    )
+    session.run("python", "benchmarks/run.py", *where, *session.posargs)

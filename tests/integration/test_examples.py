@@ -40,9 +40,13 @@ def _python(program: Path, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _bound(stderr: str) -> set[str]:
+def _events(stderr: str, name: str) -> list[dict[str, object]]:
     events = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
-    return {e["function"] for e in events if e["event"] == "run.bind"}
+    return [e for e in events if e["event"] == name]
+
+
+def _bound(stderr: str) -> set[str]:
+    return {str(e["function"]) for e in _events(stderr, "run.bind")}
 
 
 def test_every_numbered_example_has_a_readme_and_a_pyproject() -> None:
@@ -71,6 +75,14 @@ def test_ppy_run_prints_what_python_prints(
     again = ppy("run", "model.ppy", cwd=folder)
     assert again.stdout == plain.stdout
     assert again.stderr == "", "a warm run with a current artifact should say nothing"
+    # What the first run compiled that stayed unstaged (eager ops), a warm
+    # run loads from the cache, and does not even lower.
+    warm = ppy("-v", "--log-format", "json", "run", "model.ppy", cwd=folder)
+    assert warm.stdout == plain.stdout
+    compiled = _events(staged.stderr, "cache.unstaged")
+    loaded = _events(warm.stderr, "cache.unstaged")
+    assert len(loaded) == len(compiled)
+    assert all((e["source"], e["lowered"]) == ("cache", False) for e in loaded), loaded
     readme = (example / "README.md").read_text()
     assert plain.stdout.strip() in readme, "the README shows what the example prints"
 

@@ -4,7 +4,8 @@ This is the imperative shell around the pure parts: it reads files, loads
 plugins, asks each plugin to stage what policy allowed, and writes the
 artifact. Each plugin's turn has three steps: reuse (a module whose source,
 configuration and plugin fingerprint are unchanged since the last build keeps
-its entries, and no plugin work starts for it), stage (the plugin turns the
+its entries, unless the jax installed here can no longer read one
+(``ppy.jax_window``), and no plugin work starts for it), stage (the plugin turns the
 rest into entries or failures) and settle (each result becomes the function's
 final decision).
 """
@@ -24,6 +25,7 @@ from ppy.discovery import discover_module
 from ppy.entry import Entry
 from ppy.errors import ConfigError
 from ppy.freshness import stage_key
+from ppy.jax_window import entry_outside_window, installed_jaxlib
 from ppy.layout import find_sources
 from ppy.lock import build_lock
 from ppy.log import get_logger
@@ -142,6 +144,7 @@ def _reuse(
     config = project.config
     settings = project.settings[plugin.name]
     log = get_logger()
+    running = installed_jaxlib()
     targets: list[StageTarget] = []
     for module in project.modules:
         allowed = [
@@ -155,7 +158,12 @@ def _reuse(
         ledger.keys.setdefault(module.name, {})[plugin.name] = key
         record = previous.module(module.name) if previous else None
         old = [previous.entry(d.module, d.qualname) for d in allowed] if previous else []
-        if record and record.stage_keys.get(plugin.name) == key and all(old):
+        if (
+            record
+            and record.stage_keys.get(plugin.name) == key
+            and all(old)
+            and not any(entry_outside_window(e, running) for e in old if e is not None)
+        ):
             for decision, entry in zip(allowed, old, strict=True):
                 assert entry is not None
                 reused = decision.settle(

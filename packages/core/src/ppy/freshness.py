@@ -41,6 +41,7 @@ __all__ = [
     "stale_sources",
     "stale_tools",
     "tools_stamp",
+    "unreadable_entries",
 ]
 
 
@@ -91,6 +92,20 @@ def stale_tools(config: Config, artifact: Artifact, plugins: Mapping[str, Plugin
                 settings[name] = plugin.validate_settings(table, str(config.config_path))
             if stage_key(record.sha256, config, plugin, settings[name]) != key:
                 return f"plugin {name!r} or its tools changed since the build"
+    return unreadable_entries(artifact)
+
+
+def unreadable_entries(artifact: Artifact) -> str | None:
+    """Why an entry cannot be read by the jax installed here (``ppy.jax_window``),
+    or None: a stage key covers the jax that staged, not the one that runs."""
+    from ppy.jax_window import entry_outside_window, installed_jaxlib
+
+    exports = [e for e in artifact.entries if e.kind == "jax.export"]
+    running = installed_jaxlib() if exports else None
+    for entry in exports:
+        reason = entry_outside_window(entry, running)
+        if reason is not None:
+            return f"{entry.module}.{entry.qualname}: {reason}"
     return None
 
 

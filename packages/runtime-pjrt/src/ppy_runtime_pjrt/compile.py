@@ -5,8 +5,9 @@ compiles for concrete shapes, so each new signature needs an executable.
 Where one comes from, cheapest first:
 
 1. this process (``StagedFunction`` keeps the ones it has in a dict);
-2. the per-user ``ppy.cache.ExecutableCache``, loaded with
-   ``jax.experimental.serialize_executable.deserialize_and_load``;
+2. the per-user ``ppy.cache.ExecutableCache``, loaded as
+   ``jax.experimental.serialize_executable.deserialize_and_load`` would
+   (``pickled.load_compiled``);
 3. a compile: ``jax.jit(exported.call).lower(*shapes).compile()``, which
    refines the symbolic shapes and compiles, then is serialized into the cache.
 
@@ -28,7 +29,7 @@ import jax
 from jax.experimental import serialize_executable
 from ppy.cache import ExecutableCache, executable_key
 
-from ppy_runtime_pjrt import unstaged
+from ppy_runtime_pjrt import pickled, unstaged
 from ppy_runtime_pjrt.guard import Signature
 
 __all__ = ["Executables", "CompileRefused", "fast_call"]
@@ -117,12 +118,8 @@ class Executables:
 
     def _deserialize(self, key: str, data: bytes) -> Any:
         try:
-            return serialize_executable.deserialize_and_load(
-                data,
-                self.in_tree,
-                self.exported.out_tree,
-                backend=self.device.client,
-                execution_devices=[self.device],
+            return pickled.load_compiled(
+                data, self.in_tree, self.exported.out_tree, self.device.client, [self.device]
             )
         except Exception as error:
             assert self.cache is not None

@@ -69,7 +69,7 @@ _PARAMETERS = (
 )
 _MARK = "__ppy_eager__"
 #: Bumped whenever what a key covers changes.
-_FORMAT = "ppy-eager 1"
+_FORMAT = "ppy-eager 2"
 _cache: ExecutableCache | None = None
 _state = threading.local()
 
@@ -316,7 +316,7 @@ def _rule(primitive: Any, platform: str) -> str:
 def _aval(aval: Any) -> str:
     from jax._src import core
 
-    if type(aval) is not core.ShapedArray:
+    if type(aval) is not core.ShapedArray or _layout(aval) is not None:
         raise _Refused
     fields = (
         aval.dtype,
@@ -328,6 +328,15 @@ def _aval(aval: Any) -> str:
         getattr(aval, "manual_axis_type", None),
     )
     return _canon(fields)
+
+
+def _layout(aval: Any) -> Any:
+    """The aval's layout when one was asked for; None for jax's default
+    (``AutoLayout`` since jax 0.11, absent before)."""
+    from jax._src import layout
+
+    chosen = getattr(aval, "layout", None)
+    return None if chosen is None or chosen is getattr(layout, "AutoLayout", None) else chosen
 
 
 _PLAIN = (type(None), bool, int, float, complex, str, bytes)
@@ -387,13 +396,11 @@ def _load(cache: ExecutableCache, key: str, device: Any, jaxpr: Any) -> Any:
     if data is None:
         return None
     from jax._src.interpreters import pxla
-    from jax.experimental import serialize_executable
+
+    from ppy_runtime_pjrt import pickled
 
     try:
-        unpickler = serialize_executable._JaxPjrtUnpickler(  # type: ignore[no-untyped-call]
-            io.BytesIO(data), device.client, [device]
-        )
-        unloaded = unpickler.load()
+        unloaded = pickled.load(data, device.client, [device])
         if not isinstance(unloaded, pxla.UnloadedMeshExecutable) or (
             tuple(unloaded.output_avals) != tuple(jaxpr.out_avals)
         ):

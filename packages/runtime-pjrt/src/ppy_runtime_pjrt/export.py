@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ppy.entry import Entry
+from ppy.jax_window import outside_window
 from ppy.kinds import JaxExport, KindError
 from ppy.runtime import NotBound
 
@@ -287,6 +288,12 @@ def _logged(fast: Callable[..., Any], staged: StagedFunction) -> Callable[..., A
     return staged_verbose
 
 
+def _jaxlib_version() -> str:
+    import jaxlib
+
+    return str(jaxlib.__version__)
+
+
 def _platform_reason(entry: Entry, exported: Any) -> str | None:
     import jax
 
@@ -345,6 +352,9 @@ class ExportRuntime:
             contract = JaxExport.read(entry)
         except KindError as error:
             raise NotBound(str(error)) from error
+        outside = outside_window(contract.jaxlib_version, _jaxlib_version())
+        if outside is not None:
+            raise NotBound(f"{outside}; rebuild the artifact with this jax (`ppy build`)")
         blob = contract.export
         try:
             exported = jax.export.deserialize(bytearray(blob))

@@ -1,0 +1,69 @@
+"""Executables read back from jax's pickling, with jax's singletons intact.
+
+``jax.experimental.serialize_executable`` pickles an executable together
+with the avals of its inputs and outputs. Since jax 0.11 an aval also holds
+a layout, whose default (``jax._src.layout.AutoLayout``) is a module-level
+singleton that jax compares by identity. Pickle rebuilds it as a new object,
+so an aval read back compares unequal to the same aval made in the process,
+and hashes differently: a cached eager op never matched its jaxpr, and an
+output of a loaded executable carried an aval jax had never made.
+
+``Unpickler`` is jax's own, except that a singleton jax pickled is read back
+as the singleton itself. It reads what jax's ``serialize`` wrote, so the
+cache's format does not change; with a jax that has no such singleton it is
+jax's unpickler unchanged.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import Any
+
+from jax.experimental import serialize_executable
+
+__all__ = ["Unpickler", "load", "load_compiled"]
+
+
+def _singletons() -> dict[tuple[str, str], type]:
+    """For each jax singleton that pickle would rebuild as a new object, its
+    class's (module, name), and a class whose construction gives the singleton."""
+    from jax._src import layout
+
+    found: dict[tuple[str, str], type] = {}
+    for singleton in (getattr(layout, "AutoLayout", None),):
+        if singleton is not None:
+            cls = type(singleton)
+
+            def new(_: type, *args: Any, _value: object = singleton) -> object:
+                return _value
+
+            found[(cls.__module__, cls.__qualname__)] = type(cls.__name__, (), {"__new__": new})
+    return found
+
+
+class Unpickler(serialize_executable._JaxPjrtUnpickler):  # type: ignore[misc]
+    """jax's executable unpickler, keeping jax's singletons singletons."""
+
+    _SINGLETONS = _singletons()
+
+    def find_class(self, module: str, name: str) -> Any:
+        # pickle writes the singleton as "a new instance of its class" (NEWOBJ).
+        singleton = self._SINGLETONS.get((module, name))
+        return singleton if singleton is not None else super().find_class(module, name)
+
+
+def load(data: bytes, client: Any, devices: Sequence[Any]) -> Any:
+    """The object jax's executable pickler wrote as ``data``."""
+    return Unpickler(io.BytesIO(data), client, list(devices)).load()
+
+
+def load_compiled(
+    data: bytes, in_tree: Any, out_tree: Any, client: Any, devices: Sequence[Any]
+) -> Any:
+    """``serialize_executable.deserialize_and_load``, read with ``Unpickler``."""
+    import jax
+
+    unloaded, args_info_flat, no_kwargs = load(data, client, devices)
+    args_info = in_tree.unflatten(args_info_flat)
+    return jax.stages.Compiled(unloaded.load(), [], args_info, out_tree, no_kwargs=no_kwargs)

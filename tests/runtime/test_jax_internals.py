@@ -1,0 +1,78 @@
+"""The private jax entry points the runtime relies on, checked on the jax
+installed here (the test command runs this on each supported jax).
+
+Each is either one every supported jax has, or gated: where a jax differs,
+the runtime steps aside and says why. These tests fail where a supported
+jax no longer matches, rather than letting a cache layer go quietly off.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax._src import core
+from ppy.cache import ExecutableCache
+from ppy_runtime_pjrt import eager, pickled, unstaged
+from ppy_runtime_pjrt.compile import fast_call
+from ppy_runtime_pjrt.scalar_exec import ScalarExecutable
+
+
+@pytest.fixture
+def installed(tmp_path: Path):
+    store = ExecutableCache(tmp_path / "unstaged")
+    try:
+        yield unstaged.install(store), eager.install(store, lambda: False)
+    finally:
+        unstaged.uninstall()
+
+
+def test_both_unstaged_layers_install_on_this_jax(installed: tuple[bool, str | None]) -> None:
+    wrapped, eager_refused = installed
+    assert wrapped, "jax's compile step is not the one ppy knows"
+    assert eager_refused is None, eager_refused
+
+
+def test_an_aval_read_back_from_an_executable_equals_the_one_jax_makes() -> None:
+    aval = core.ShapedArray((3, 4), np.dtype("float32"))
+    with io.BytesIO() as file:
+        pickle.Pickler(file).dump(aval)
+        data = file.getvalue()
+    device = jax.devices()[0]
+    again = pickled.load(data, device.client, [device])
+    assert again == aval and hash(again) == hash(aval)
+
+
+def test_a_loaded_executable_gives_arrays_whose_avals_are_jax_s_own() -> None:
+    from jax.experimental import serialize_executable
+
+    compiled = jax.jit(lambda x: x * 2).lower(jnp.ones((3,), jnp.float32)).compile()
+    data, in_tree, out_tree = serialize_executable.serialize(compiled)
+    device = jax.devices()[0]
+    loaded = pickled.load_compiled(data, in_tree, out_tree, device.client, [device])
+    result = loaded(jnp.ones((3,), jnp.float32))
+    assert result.aval == jnp.ones((3,), jnp.float32).aval
+    assert np.asarray(result).tolist() == [2.0, 2.0, 2.0]
+
+
+def test_a_compiled_executable_has_a_cpp_dispatch_function() -> None:
+    compiled = jax.jit(lambda x: x + 1).lower(jnp.ones((2,), jnp.float32)).compile()
+    call = fast_call(compiled)
+    assert call is not compiled
+    assert np.asarray(call(jnp.ones((2,), jnp.float32))).tolist() == [2.0, 2.0]
+
+
+def test_scalars_are_put_on_the_device_as_they_are(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PPY_CACHE_DIR", str(tmp_path))
+    text = (
+        "func.func public @main(%x: tensor<f64>) -> (tensor<f64>, tensor<i1>) {\n"
+        "  %f = stablehlo.constant dense<false> : tensor<i1>\n"
+        "  return %x, %f : tensor<f64>, tensor<i1>\n}\n"
+    )
+    executable = ScalarExecutable(text, ["float"], name="identity")
+    assert executable.call([0.1]) == (0.1, False)  # not rounded through float32
