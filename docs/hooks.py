@@ -6,7 +6,9 @@ drift from what it describes:
 - ``<!-- ppy:policy-rules -->``: every policy rule with the reason and remedy
   the code gives, decided on samples by the real policy (``docs/rules.py``).
 - ``<!-- ppy:benchmarks -->``: ``benchmarks/results/latest.md`` and the plots
-  beside it. A missing results file fails the (strict) build.
+  beside it; ``<!-- ppy:benchmarks-3.13 -->``: the table of the run on
+  Python 3.13 (``benchmarks/results/python3.13/``). A missing results file
+  fails the (strict) build.
 """
 
 from __future__ import annotations
@@ -28,19 +30,27 @@ def _policy_rules() -> str:
     return rules.table()
 
 
-def _benchmarks() -> str:
-    latest = RESULTS / "latest.md"
+def _table(folder: Path) -> str:
+    latest = folder / "latest.md"
     if not latest.is_file():
         raise FileNotFoundError(
             f"{latest} is missing: run the benchmark runner (see benchmarks/README.md) "
             "and commit its results"
         )
+    return latest.read_text().strip()
+
+
+def _benchmarks() -> str:
     plots = sorted(RESULTS.glob("*.png"))
     figures = [f"![{p.stem}](results/{p.name})" for p in plots]
-    return "\n\n".join([latest.read_text().strip(), *figures])
+    return "\n\n".join([_table(RESULTS), *figures])
 
 
-MARKERS = {"<!-- ppy:policy-rules -->": _policy_rules, "<!-- ppy:benchmarks -->": _benchmarks}
+MARKERS = {
+    "<!-- ppy:policy-rules -->": _policy_rules,
+    "<!-- ppy:benchmarks -->": _benchmarks,
+    "<!-- ppy:benchmarks-3.13 -->": lambda: _table(RESULTS / "python3.13"),
+}
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
