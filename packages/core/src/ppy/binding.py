@@ -67,13 +67,21 @@ def module_name(path: Path, root: Path) -> str | None:
 
 
 def bind_source(source: bytes, filename: str, staged: frozenset[str]) -> CodeType:
-    """Compile ``source`` with a bind statement after each staged top-level def."""
+    """Compile ``source`` with a bind statement after each staged top-level def.
+
+    The last one also deletes ``__ppy_bind__``, so the program's ``globals()``
+    hold no name of ppy's once its staged functions are defined.
+    """
     tree = ast.parse(source, filename)
     body: list[ast.stmt] = []
+    last = None
     for statement in tree.body:
         body.append(statement)
         if isinstance(statement, ast.FunctionDef) and statement.name in staged:
             body.append(_bind_statement(statement))
+            last = len(body)
+    if last is not None:
+        body.insert(last, _located(ast.Delete([ast.Name(BIND_NAME, ast.Del())]), body[last - 1]))
     tree.body = body
     return compile(tree, filename, "exec", dont_inherit=True)
 
@@ -86,10 +94,14 @@ def _bind_statement(definition: ast.FunctionDef) -> ast.stmt:
         keywords=[],
     )
     statement = ast.Assign(targets=[ast.Name(name, ast.Store())], value=call)
-    # The def's line: a traceback through the binding points at the def.
+    return _located(statement, definition)
+
+
+def _located(statement: ast.stmt, at: ast.stmt) -> ast.stmt:
+    """``statement`` on ``at``'s line: a traceback through it points there."""
     for node in ast.walk(statement):
-        node.lineno = node.end_lineno = definition.lineno  # type: ignore[attr-defined]
-        node.col_offset = node.end_col_offset = definition.col_offset  # type: ignore[attr-defined]
+        node.lineno = node.end_lineno = at.lineno  # type: ignore[attr-defined]
+        node.col_offset = node.end_col_offset = at.col_offset  # type: ignore[attr-defined]
     return statement
 
 
@@ -148,11 +160,14 @@ class Binder:
     def _unbound(self, entry: Entry, reason: str) -> None:
         _log().warning("run.unbound", module=entry.module, function=entry.qualname, reason=reason)
 
-    def code(self, path: Path, module: str | None) -> tuple[CodeType, Callable[[str, Any], Any]]:
+    def code(
+        self, path: Path, module: str | None
+    ) -> tuple[CodeType, Callable[[str, Any], Any] | None]:
+        """The module's code, and the ``__ppy_bind__`` it calls (None: it binds nothing)."""
         source = path.read_bytes()
         entries = self.entries(module, source)
         code = bind_source(source, str(path), frozenset(entries))
-        return code, self.binder(entries)
+        return code, self.binder(entries) if entries else None
 
 
 class _BindingLoader(importlib.abc.Loader):
@@ -168,7 +183,8 @@ class _BindingLoader(importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         code, bind = self.binder.code(self.path, self.module)
-        module.__dict__[BIND_NAME] = bind
+        if bind is not None:
+            module.__dict__[BIND_NAME] = bind
         exec(code, module.__dict__)
 
     def get_source(self, fullname: str) -> str:

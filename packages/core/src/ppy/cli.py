@@ -83,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--no-build", action="store_true", help="never build; run what the artifact holds"
     )
-    run.add_argument("program", type=Path, metavar="FILE", help="the .ppy program to run")
+    run.add_argument("program", metavar="FILE", help="the .ppy program to run")
     run.add_argument(
         "args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments passed to the program"
     )

@@ -37,11 +37,12 @@ class Prepared:
     runtimes: Mapping[str, Runtime]
 
 
-def run(program: Path, argv: list[str], *, build: bool = True) -> int:
-    """``ppy run PROGRAM ARGV``: prepare, then run; the program's exit code."""
+def run(program: str, argv: list[str], *, build: bool = True) -> int:
+    """``ppy run PROGRAM ARGV``: prepare, then run; the program's exit code.
+    ``program`` is the path as typed, which the program sees as ``sys.argv[0]``."""
     from ppy.program import run_program
 
-    prepared = prepare(program, build=build)
+    prepared = prepare(Path(program), build=build)
     # Everything alive now is ppy's (the parser, the configuration, the
     # artifact, the modules it imported), not the program's. Moved out of the
     # collector's reach, none of it is traversed again by the collections the
@@ -50,7 +51,7 @@ def run(program: Path, argv: list[str], *, build: bool = True) -> int:
     # ever.
     gc.freeze()
     return run_program(
-        program.resolve(),
+        program,
         argv,
         artifact=prepared.artifact,
         runtimes=prepared.runtimes,

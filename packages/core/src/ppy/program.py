@@ -10,6 +10,7 @@ runtimes), so a user reads their program's error and not ppy's plumbing.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import importlib.machinery
 import os
 import sys
@@ -31,50 +32,59 @@ _PPY_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def run_program(
-    program: Path,
+    program: str | Path,
     argv: Sequence[str],
     *,
     artifact: Artifact | None,
     runtimes: Mapping[str, Runtime],
     root: Path,
 ) -> int:
-    """Run ``program`` as ``__main__``; its exit code, as ``python`` would give it."""
+    """Run ``program`` (the path as the user typed it) as ``__main__``; its exit
+    code, as ``python`` would give it. An uncaught KeyboardInterrupt ends the
+    process by SIGINT, as python's does."""
     import ppy  # noqa: F401 - installs the .ppy hook the finder goes ahead of
 
+    # As python 3.9+ has them: argv[0] as typed, __file__ and the code's
+    # filename absolute, sys.path[0] the script's real folder.
+    path = Path(os.path.abspath(program))
     binder = Binder(artifact, runtimes, root)
     finder = BindingFinder(binder)
     main = ModuleType("__main__")
     main.__dict__.update(
-        __file__=str(program),
+        __file__=str(path),
         __builtins__=builtins,
         __cached__=None,
         __spec__=None,
-        __loader__=importlib.machinery.SourceFileLoader("__main__", str(program)),
+        __loader__=importlib.machinery.SourceFileLoader("__main__", str(path)),
     )
     saved_argv, saved_path0 = sys.argv, sys.path[0] if sys.path else None
     saved_main = sys.modules.get("__main__")
     sys.argv = [str(program), *argv]
+    folder = os.path.dirname(os.path.realpath(path))
     if sys.path:
-        sys.path[0] = str(program.parent)
+        sys.path[0] = folder
     else:
-        sys.path.append(str(program.parent))
+        sys.path.append(folder)
     sys.modules["__main__"] = main
     finder.install()
+    interrupted = False
     try:
         try:
-            code, bind = binder.code(program, module_name(program, root))
+            code, bind = binder.code(path, module_name(path, root))
         except SyntaxError as error:
-            _print_exception(type(error), error, None)  # as python: no frames, just the line
+            _report(type(error), error, None)  # as python: no frames, just the line
             return 1
-        main.__dict__[BIND_NAME] = bind
+        if bind is not None:
+            main.__dict__[BIND_NAME] = bind
         exec(code, main.__dict__)
     except SystemExit as done:
         return _exit_code(done)
     except KeyboardInterrupt:
-        _print_exception(*sys.exc_info())
-        return 130
+        _report(*sys.exc_info())
+        interrupted = True
+        return 130  # only if the signal does not end the process
     except BaseException:
-        _print_exception(*sys.exc_info())
+        _report(*sys.exc_info())
         return 1
     finally:
         sys.stdout.flush()
@@ -85,7 +95,23 @@ def run_program(
             sys.path[0] = saved_path0
         if saved_main is not None:
             sys.modules["__main__"] = saved_main
+        if interrupted:
+            _end_by_sigint()
     return 0
+
+
+def _end_by_sigint() -> None:
+    """What python does after an uncaught KeyboardInterrupt: run the exit
+    handlers, then kill itself with SIGINT, so a parent sees the signal."""
+    import atexit
+    import signal
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
 
 
 def _close(runtimes: Mapping[str, Runtime]) -> None:
@@ -107,16 +133,41 @@ def _exit_code(done: SystemExit) -> int:
     return 1
 
 
-def _print_exception(
+def _report(
     kind: type[BaseException] | None,
     value: BaseException | None,
     tb: TracebackType | None,
 ) -> None:
-    """The traceback python would print, without ppy's own frames."""
+    """Report an uncaught exception as python would: through the program's
+    ``sys.excepthook`` if it set one, else the traceback python prints;
+    either way without ppy's own frames."""
     if kind is None or value is None:
         return
+    own = _own_dirs()
+    while tb is not None and _dir(tb.tb_frame.f_code.co_filename) in own:
+        tb = tb.tb_next
+    hook = sys.excepthook
+    if hook is sys.__excepthook__:
+        _print_exception(kind, value, tb, own)
+        return
+    try:
+        hook(kind, value, tb)
+    except BaseException as failed:
+        print("Error in sys.excepthook:", file=sys.stderr)
+        _print_exception(type(failed), failed, failed.__traceback__, own)
+        print("\nOriginal exception was:", file=sys.stderr)
+        _print_exception(kind, value, tb, own)
+
+
+def _print_exception(
+    kind: type[BaseException],
+    value: BaseException,
+    tb: TracebackType | None,
+    own: frozenset[str],
+) -> None:
+    """The traceback python would print, without ppy's own frames."""
     report = traceback.TracebackException(kind, value, tb, compact=True)
-    _drop_own_frames(report, _own_dirs(), set())
+    _drop_own_frames(report, own, set())
     print("".join(report.format()), end="", file=sys.stderr)
 
 
@@ -131,13 +182,17 @@ def _own_dirs() -> frozenset[str]:
     return frozenset(dirs)
 
 
+def _dir(filename: str) -> str:
+    return os.path.dirname(os.path.abspath(filename))
+
+
 def _drop_own_frames(
     report: traceback.TracebackException, own: frozenset[str], done: set[int]
 ) -> None:
     if id(report) in done:
         return
     done.add(id(report))
-    kept = [f for f in report.stack if os.path.dirname(os.path.abspath(f.filename)) not in own]
+    kept = [f for f in report.stack if _dir(f.filename) not in own]
     report.stack = traceback.StackSummary.from_list(kept)
     for linked in (report.__cause__, report.__context__):
         if linked is not None:

@@ -1,0 +1,114 @@
+"""The one check every fidelity test makes: a program under ``python`` and
+under ``ppy run``, compared as a user would compare them.
+
+stdout and the exit status must be identical. stderr must be identical once
+ppy's own log lines are taken out: the verbose run logs every event as one
+JSON object per line, which are set apart and returned for the test to read;
+a quiet run (no ``-v``) must print nothing of its own at all unless the test
+expects it to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.conftest import PERMISSIONS, run_ppy
+
+__all__ = ["Compared", "differential", "project"]
+
+
+@dataclass(frozen=True)
+class Compared:
+    """Both runs, and ppy's events from the verbose one."""
+
+    python: subprocess.CompletedProcess[str]
+    ppy: subprocess.CompletedProcess[str]
+    events: list[dict[str, object]]
+
+    def named(self, event: str) -> list[dict[str, object]]:
+        return [e for e in self.events if e.get("event") == event]
+
+    def bound(self) -> set[str]:
+        return {str(e["function"]) for e in self.named("run.bind")}
+
+    def fallbacks(self) -> list[dict[str, object]]:
+        return self.named("run.fallback")
+
+    def staged_calls(self, function: str) -> int:
+        return sum(
+            1
+            for e in self.named("run.call")
+            if e.get("function") == function and e.get("path") == "staged"
+        )
+
+
+def project(root: Path, files: Mapping[str, str], pyproject: str = PERMISSIONS) -> Path:
+    """Write a project: ``files`` (dedented) and a pyproject that opts in."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pyproject.toml").write_text(textwrap.dedent(pyproject))
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+def _split(stderr: str) -> tuple[list[dict[str, object]], str]:
+    events, rest = [], []
+    for line in stderr.splitlines(keepends=True):
+        try:
+            event = json.loads(line)
+        except ValueError:
+            event = None
+        if isinstance(event, dict) and "event" in event:
+            events.append(event)
+        else:
+            rest.append(line)
+    return events, "".join(rest)
+
+
+def differential(
+    root: Path,
+    *argv: str,
+    cache: Path,
+    program: str = "model.ppy",
+    env: Mapping[str, str] | None = None,
+    build: bool = True,
+    quiet_stderr: str | None = "",
+    python_argv: tuple[str, ...] | None = None,
+) -> Compared:
+    """Run ``program`` both ways in ``root`` and assert they agree.
+
+    ``build`` runs ``ppy build`` first (a failed build is the test's to
+    read from the events). ``quiet_stderr`` is what a quiet ``ppy run`` may
+    print besides python's stderr (None: not checked).
+    """
+    environ = {**os.environ, "PPY_CACHE_DIR": str(cache), **(env or {})}
+    plain = subprocess.run(
+        [sys.executable, *(python_argv or (program,)), *argv],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=environ,
+        check=False,
+        timeout=300,
+    )
+    if build:
+        run_ppy("build", cwd=root, env=environ)
+    verbose = run_ppy("-v", "--log-format", "json", "run", program, *argv, cwd=root, env=environ)
+    events, rest = _split(verbose.stderr)
+    assert verbose.stdout == plain.stdout, (verbose.stdout, plain.stdout, verbose.stderr)
+    assert verbose.returncode == plain.returncode, verbose.stderr
+    assert rest == plain.stderr, (rest, plain.stderr)
+    if quiet_stderr is not None:
+        quiet = run_ppy("run", program, *argv, cwd=root, env=environ)
+        assert (quiet.stdout, quiet.returncode) == (plain.stdout, plain.returncode)
+        assert quiet.stderr == plain.stderr + quiet_stderr, quiet.stderr
+    return Compared(plain, verbose, events)

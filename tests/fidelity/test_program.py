@@ -1,0 +1,116 @@
+"""The program as python runs it: argv, excepthook, KeyboardInterrupt, globals, the bound
+function's surface, a syntax error.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+from tests.fidelity.support import differential, project
+
+STAGED = """\
+from typing import Annotated
+
+import jax
+import jax.numpy as jnp
+
+import ppy
+
+Batch = Annotated[jax.Array, ppy.Shape("B", 4), ppy.DType("float32")]
+
+
+@jax.jit
+def score(x: Batch) -> jax.Array:
+    \"\"\"The row sums.\"\"\"
+    return jnp.sum(x, axis=-1)
+
+
+"""
+
+
+def test_argv0_is_the_path_as_typed(tmp_path: Path) -> None:
+    root = project(
+        tmp_path / "p",
+        {"model.ppy": STAGED + "import sys\nprint(sys.argv)\nprint(score(jnp.ones((2, 4))))\n"},
+    )
+    for typed in ("model.ppy", "./model.ppy"):
+        compared = differential(
+            root, "a", "--b", cache=tmp_path / "c", program=typed, python_argv=(typed,)
+        )
+        assert compared.bound() == {"score"}
+
+
+def test_the_programs_excepthook_reports_an_uncaught_exception(tmp_path: Path) -> None:
+    root = project(
+        tmp_path / "p",
+        {
+            "model.ppy": STAGED + "import sys\n"
+            "def hook(kind, value, tb):\n"
+            "    print('hook saw', kind.__name__, value, tb.tb_frame.f_code.co_filename[-9:])\n"
+            "sys.excepthook = hook\n"
+            "print(score(jnp.ones((2, 4))))\n"
+            "raise ValueError('boom')\n"
+        },
+    )
+    compared = differential(root, cache=tmp_path / "c")
+    assert compared.python.returncode == 1 and "hook saw ValueError boom model.ppy" in (
+        compared.python.stdout
+    )
+
+
+def test_an_uncaught_keyboard_interrupt_ends_the_process_by_sigint(tmp_path: Path) -> None:
+    root = project(
+        tmp_path / "p",
+        {
+            "model.ppy": STAGED + "import atexit\n"
+            "atexit.register(lambda: print('atexit ran'))\n"
+            "print(score(jnp.ones((2, 4))))\n"
+            "raise KeyboardInterrupt\n"
+        },
+    )
+    compared = differential(root, cache=tmp_path / "c")
+    assert compared.python.returncode == -signal.SIGINT
+    assert "atexit ran" in compared.python.stdout
+
+
+def test_the_program_sees_only_its_own_globals(tmp_path: Path) -> None:
+    root = project(
+        tmp_path / "p",
+        {
+            "model.ppy": STAGED + "x: int = 3\n"
+            "print(sorted(globals()))\n"
+            "print(__annotations__ if '__annotations__' in globals() else None)\n"
+            "print(__name__, __spec__, __package__, globals().get('__cached__'))\n"
+            "print(type(__loader__).__name__)\n"
+            "print(__file__ == __import__('os').path.abspath('model.ppy'))\n"
+            "import sys\n"
+            "print(sys.path[0] == __import__('os').path.dirname(__file__))\n"
+            "print(score(jnp.ones((2, 4))))\n"
+        },
+    )
+    compared = differential(root, cache=tmp_path / "c")
+    assert compared.bound() == {"score"}
+
+
+def test_the_bound_function_keeps_the_jitted_functions_surface(tmp_path: Path) -> None:
+    root = project(
+        tmp_path / "p",
+        {
+            "model.ppy": STAGED + "x = jnp.ones((2, 4))\n"
+            "print(score.__name__, score.__qualname__, score.__doc__, score.__module__)\n"
+            "print(score.__wrapped__.__name__, type(score.__wrapped__).__name__)\n"
+            "print(score.lower(x).as_text() == jax.jit(score.__wrapped__).lower(x).as_text())\n"
+            "print(score.trace(x).jaxpr)\n"
+            "print(score.eval_shape(x))\n"
+            "print(score(x))\n"
+        },
+    )
+    compared = differential(root, cache=tmp_path / "c")
+    assert compared.bound() == {"score"} and compared.staged_calls("score") == 1
+
+
+def test_a_syntax_error_prints_what_python_prints(tmp_path: Path) -> None:
+    root = project(tmp_path / "p", {"model.ppy": STAGED + "print('never'\n"})
+    compared = differential(root, cache=tmp_path / "c")
+    assert compared.python.returncode == 1 and "SyntaxError" in compared.python.stderr
