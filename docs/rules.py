@@ -25,6 +25,10 @@ SAMPLES: dict[str, tuple[str, str]] = {
         '[tool.ppy]\nbuild-execution = "allow"\n',
         f"@jax.jit\ndef score({X}):\n    return x\n",
     ),
+    "redefined": (
+        GRANTED,
+        f"@jax.jit\ndef score({X}):\n    return x\n@jax.jit\ndef score({X}):\n    return -x\n",
+    ),
     "invalid-spec": (
         GRANTED,
         "n = 4\n@jax.jit\ndef score(x: Annotated[jax.Array, ppy.Shape(n)]):\n    return x\n",

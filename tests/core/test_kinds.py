@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from ppy.artifact import Artifact, ModuleRecord, read_artifact, write_artifact
 from ppy.entry import Entry
-from ppy.kinds import JaxExport, KindError, XlaScalar
+from ppy.kinds import Captured, JaxExport, KindError, XlaScalar
 from ppy.spec import TensorSpec
 
 PACKAGES = Path(__file__).resolve().parents[2] / "packages"
@@ -43,6 +43,8 @@ EXPORT = JaxExport(
     uses_shape_polymorphism=True,
     export=bytes(range(256)),
     stablehlo=b"module @jit_score {}\n",
+    captures=(Captured(("helper", "K"), "helper.K", "sha256:" + "0" * 64),),
+    trace_config={"jax_enable_x64": "False"},
 )
 
 
@@ -89,6 +91,8 @@ def test_the_manifest_fields_are_the_documented_ones() -> None:
     assert set(EXPORT.to_metadata()) == {
         "calling_convention",
         "calling_convention_version",
+        "captures",
+        "trace_config",
         "in_shardings",
         "jax_version",
         "jaxlib_version",
@@ -140,6 +144,11 @@ def test_a_malformed_scalar_entry_names_its_field(
         ({"nr_devices": False}, "metadata.nr_devices"),
         ({"uses_shape_polymorphism": 1}, "metadata.uses_shape_polymorphism"),
         ({"in_shardings": "sharded"}, "metadata.in_shardings"),
+        ({"calling_convention": 1}, "metadata.calling_convention"),
+        ({"drop": "captures"}, "metadata.captures"),
+        ({"captures": [{"path": "K", "name": "K", "fingerprint": "x"}]}, "metadata.captures"),
+        ({"captures": [{"path": ["K"], "name": "K"}]}, "metadata.captures"),
+        ({"trace_config": {"jax_enable_x64": False}}, "metadata.trace_config"),
     ],
 )
 def test_a_malformed_export_entry_names_its_field(change: dict[str, Any], field: str) -> None:

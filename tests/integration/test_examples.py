@@ -26,6 +26,7 @@ NUMBERED = sorted(
     for p in EXAMPLES.iterdir()
     if re.fullmatch(r"\d\d_\w+", p.name) and (p / "model.ppy").is_file()
 )
+CONDITIONS = ("captured", "config", "device")
 IGNORE = shutil.ignore_patterns(".ppy", "__pycache__", "build", "*.egg-info")
 
 
@@ -72,6 +73,10 @@ def test_ppy_run_prints_what_python_prints(
     assert staged.returncode == 0, staged.stderr
     assert staged.stdout == plain.stdout
     assert _bound(staged.stderr), "nothing was staged and bound"
+    # An example's program changes nothing its traces read: none may fall
+    # back for a captured value or the configuration.
+    odd = [e for e in _events(staged.stderr, "run.fallback") if e["category"] in CONDITIONS]
+    assert not odd, odd
     again = ppy("run", "model.ppy", cwd=folder)
     assert again.stdout == plain.stdout
     assert again.stderr == "", "a warm run with a current artifact should say nothing"

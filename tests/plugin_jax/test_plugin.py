@@ -92,6 +92,8 @@ def test_settings_default_to_off_and_the_build_machines_backend() -> None:
         "platforms": None,
         "export-timeout": 120.0,
         "export-memory-limit": 8192,
+        "captured-array-limit": 1 << 20,
+        "verify-sizes": True,
     }
     settings = JaxExportPlugin().validate_settings(
         {"allow-build-export": True, "platforms": ["tpu", "cpu", "cpu"], "export-timeout": 3},
@@ -111,6 +113,7 @@ def test_settings_default_to_off_and_the_build_machines_backend() -> None:
         ({"export-timeout": "10"}, "export-timeout", "float"),
         ({"export-memory-limit": 0}, "export-memory-limit", "> 0"),
         ({"export-memory-limit": 1.5}, "export-memory-limit", "integer"),
+        ({"captured-array-limit": -1}, "captured-array-limit", ">= 0"),
         ({"timeout": 3}, "timeout", "unknown key"),
     ],
 )

@@ -166,12 +166,13 @@ def test_one_ppy_module_imports_another_and_the_export_runs(
     assert entry.decision is None
 
 
-def test_prints_while_tracing_are_captured_not_mixed_into_the_protocol(
+def test_prints_while_tracing_are_captured_and_keep_the_function_unstaged(
     staged: Mapping[str, Entry | StageFailure],
 ) -> None:
-    loud = _entry(staged, "model.loud")
-    assert loud.metadata["uses_shape_polymorphism"] is False
-    assert np.array_equal(np.asarray(_call(loud)(jnp.zeros(3, jnp.float32))), np.ones(3))
+    loud = _failure(staged, "model.loud")
+    assert (loud.rule, loud.deliberate) == ("trace-side-effect", True)
+    assert "tracing loud" in loud.reason and loud.output == "tracing loud\n"
+    assert _entry(staged, "model.twice_halved")  # the protocol went on unharmed
 
 
 def test_an_error_in_the_function_or_from_jax_is_the_reason(

@@ -204,7 +204,7 @@ def test_tracers_go_to_the_original(score_entry, transform) -> None:
 
 def test_the_jitted_functions_methods_are_still_there(score_entry) -> None:
     bound = bind(score_entry, score)
-    assert bound.__name__ == "score" and bound.__wrapped__ is score
+    assert bound.__name__ == "score" and bound.__wrapped__ is score.__wrapped__
     assert "tanh" in bound.lower(F32).as_text()
 
 
@@ -248,8 +248,9 @@ def test_executables_are_cached_and_a_damaged_one_rebuilt(score_entry, cache_dir
     assert ExecutableCache().stats()[0] == 1
 
     second = bind(score_entry, score, cache=None)
+    expected = np.asarray(score(x))  # the original's own compile is logged too
     with capture_logs() as events:
-        np.testing.assert_array_equal(np.asarray(second(x)), np.asarray(score(x)))
+        np.testing.assert_array_equal(np.asarray(second(x)), expected)
     assert [e["event"] for e in events] == ["cache.hit"]
     assert list(second.ppy_stats.executables.values()) == ["cache"]
 

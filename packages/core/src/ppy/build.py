@@ -3,16 +3,17 @@
 This is the imperative shell around the pure parts: it reads files, loads
 plugins, asks each plugin to stage what policy allowed, and writes the
 artifact. Each plugin's turn has three steps: reuse (a module whose source,
-configuration and plugin fingerprint are unchanged since the last build keeps
-its entries, unless the jax installed here can no longer read one
-(``ppy.jax_window``), and no plugin work starts for it), stage (the plugin turns the
+configuration and plugin fingerprint are unchanged since the last build, and
+whose project imports are too, keeps its entries, unless the jax installed
+here can no longer read one (``ppy.jax_window``); no plugin work starts for
+it), stage (the plugin turns the
 rest into entries or failures) and settle (each result becomes the function's
 final decision).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
@@ -129,6 +130,9 @@ class _Ledger:
     decisions: dict[tuple[str, str], Decision]
     entries: dict[tuple[str, str], Entry] = field(default_factory=dict)
     keys: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: Functions a plugin chose not to stage (``StageFailure.deliberate``):
+    #: they stay, and are not failures of the build.
+    declined: set[tuple[str, str]] = field(default_factory=set)
 
     def settle(self, decision: Decision, entry: Entry | None = None) -> None:
         self.decisions[decision.module, decision.qualname] = decision
@@ -163,6 +167,7 @@ def _reuse(
             and record.stage_keys.get(plugin.name) == key
             and all(old)
             and not any(entry_outside_window(e, running) for e in old if e is not None)
+            and not _changed_dependency(module, project.modules, previous)
         ):
             for decision, entry in zip(allowed, old, strict=True):
                 assert entry is not None
@@ -180,6 +185,34 @@ def _reuse(
             StageTarget(module, tuple(f for f in module.functions if f.qualname in names))
         )
     return tuple(targets)
+
+
+def _dependencies(module: ModuleInfo, modules: Sequence[ModuleInfo]) -> list[ModuleInfo]:
+    """The project modules ``module`` imports, directly or through one another."""
+    by_name = {m.name: m for m in modules}
+    found: dict[str, ModuleInfo] = {}
+    pending = [module]
+    while pending:
+        for name in sorted(pending.pop().imports):
+            parts = name.split(".")
+            for prefix in (".".join(parts[:n]) for n in range(1, len(parts) + 1)):
+                other = by_name.get(prefix)
+                if other is not None and other.name != module.name and prefix not in found:
+                    found[prefix] = other
+                    pending.append(other)
+    return [found[name] for name in sorted(found)]
+
+
+def _changed_dependency(
+    module: ModuleInfo, modules: Sequence[ModuleInfo], previous: Artifact | None
+) -> str | None:
+    """The first project module ``module`` imports whose source is not the one
+    the previous build staged it with, or None: a trace reads what it imports."""
+    for dependency in _dependencies(module, modules):
+        record = previous.module(dependency.name) if previous else None
+        if record is None or record.sha256 != dependency.sha256:
+            return dependency.name
+    return None
 
 
 def _stage(
@@ -247,6 +280,8 @@ def _settle(
                 )
                 ledger.settle(settled)
                 ledger.keys[target.module.name].pop(plugin.name, None)
+                if failure.deliberate:
+                    ledger.declined.add((target.module.name, function.qualname))
             log.info(
                 "build.staged" if isinstance(result, Entry) else "build.failed",
                 module=target.module.name,
@@ -304,7 +339,11 @@ def build_project(
     log.info("build.written", path=str(config.artifact), entries=len(artifact.entries))
     permitted = {(d.module, d.qualname) for d in project.decisions if d.outcome is Outcome.ALLOWED}
     failed = tuple(
-        d for d in ordered if d.outcome is Outcome.STAYS and (d.module, d.qualname) in permitted
+        d
+        for d in ordered
+        if d.outcome is Outcome.STAYS
+        and (d.module, d.qualname) in permitted
+        and (d.module, d.qualname) not in ledger.declined
     )
     return BuildResult(project, artifact, ordered, failed)
 

@@ -84,7 +84,15 @@ def _discover(source: str, *, module: str, path: str, sha256: str) -> ModuleInfo
         return ModuleInfo(module, path, source, sha256, syntax_error=message)
     reader = _Reader(tree, module=module, path=path)
     functions = reader.functions()
-    return ModuleInfo(module, path, source, sha256, functions=functions, aliases=reader.imports)
+    return ModuleInfo(
+        module,
+        path,
+        source,
+        sha256,
+        functions=functions,
+        aliases=reader.imports,
+        imports=_imported_modules(tree, module),
+    )
 
 
 # -- names ---------------------------------------------------------------------------------
@@ -126,6 +134,20 @@ def _import_names(node: ast.Import | ast.ImportFrom, module: str) -> Iterator[tu
         yield alias.asname or alias.name, f"{base}.{alias.name}" if base else alias.name
 
 
+def _imported_modules(tree: ast.Module, module: str) -> frozenset[str]:
+    """The dotted name of every module an import statement may load."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = dict(_import_names(node, module))  # local -> base.name
+            found.update(base.values())
+            package = module.split(".")[: -node.level] if node.level else []
+            found.add(".".join([*package, *([node.module] if node.module else [])]))
+    return frozenset(name for name in found if name)
+
+
 def _imports(tree: ast.Module, module: str) -> dict[str, str]:
     """Local name -> dotted name. Module-level imports win over ones inside functions."""
     table: dict[str, str] = {}
@@ -138,6 +160,52 @@ def _imports(tree: ast.Module, module: str) -> dict[str, str]:
             for local, dotted in _import_names(statement, module):
                 table[local] = dotted
     return table
+
+
+def _bound_names(target: ast.expr) -> Iterator[str]:
+    if isinstance(target, ast.Name):
+        yield target.id
+    elif isinstance(target, ast.Tuple | ast.List):
+        for element in target.elts:
+            yield from _bound_names(element)
+    elif isinstance(target, ast.Starred):
+        yield from _bound_names(target.value)
+
+
+def _statement_bindings(statement: ast.stmt, module: str) -> Iterator[str]:
+    """The module-level names one statement binds (or unbinds)."""
+    if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        yield statement.name
+    elif isinstance(statement, ast.Assign | ast.Delete):
+        for target in statement.targets:
+            yield from _bound_names(target)
+    elif isinstance(statement, ast.AnnAssign | ast.AugAssign):
+        if statement.value is not None:
+            yield from _bound_names(statement.target)
+    elif isinstance(statement, ast.Import | ast.ImportFrom):
+        yield from (local for local, _ in _import_names(statement, module))
+    elif isinstance(statement, ast.For | ast.AsyncFor):
+        yield from _bound_names(statement.target)
+    elif isinstance(statement, ast.With | ast.AsyncWith):
+        for item in statement.items:
+            if item.optional_vars is not None:
+                yield from _bound_names(item.optional_vars)
+    elif isinstance(statement, ast.Try):
+        yield from (h.name for h in statement.handlers if h.name)
+
+
+def _module_bindings(tree: ast.Module, module: str) -> dict[str, list[int]]:
+    """Each name bound at module level, and the lines that bind it: statements
+    at module level, and ``global`` declarations in functions."""
+    lines: dict[str, list[int]] = {}
+    for statement in _module_statements(tree.body):
+        for name in _statement_bindings(statement, module):
+            lines.setdefault(name, []).append(statement.lineno)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global):
+            for name in node.names:
+                lines.setdefault(name, []).append(node.lineno)
+    return lines
 
 
 def _dotted(node: ast.expr) -> list[str] | None:
@@ -169,6 +237,7 @@ class _Reader:
         self.module = module
         self.path = path
         self.imports = _imports(tree, module)
+        self.bindings = _module_bindings(tree, module)
         self.types: dict[str, ast.expr] = {}
         self.values: dict[str, ast.expr] = {}
         self._read_module_assignments()
@@ -263,7 +332,14 @@ class _Reader:
             returns=ast.unparse(node.returns) if node.returns is not None else None,
             scope=record.scope,
             differentiated=differentiated,
+            rebound=self._rebound(record),
         )
+
+    def _rebound(self, record: _Def) -> tuple[int, ...]:
+        if record.scope != "module":
+            return ()
+        lines = self.bindings.get(record.node.name, [])
+        return tuple(line for line in lines if line != record.node.lineno)
 
     def _decorator(self, node: ast.expr) -> Decorator:
         if isinstance(node, ast.Call):

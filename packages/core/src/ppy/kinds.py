@@ -21,12 +21,13 @@ This module is plain data: it imports no jax and executes nothing.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
 from ppy.entry import Entry
 
 __all__ = [
+    "Captured",
     "INT64_MAX",
     "INT64_MIN",
     "MIN_NORMAL_FLOAT64",
@@ -129,6 +130,31 @@ class _Fields:
             raise self._wrong(key, value, what)
         return tuple(value)
 
+    def text_map(self, key: str) -> dict[str, str]:
+        value = self._get(key)
+        if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            raise self._wrong(key, value, "an object of strings")
+        return dict(value)
+
+    def captures(self, key: str) -> tuple[Captured, ...]:
+        value = self._get(key)
+        found = []
+        for item in value if isinstance(value, list) else [None]:
+            if not (isinstance(item, Mapping) and set(item) == {"path", "name", "fingerprint"}):
+                raise self._wrong(key, item, "a list of {path, name, fingerprint}")
+            path, name, digest = item["path"], item["name"], item["fingerprint"]
+            if not (
+                isinstance(path, list)
+                and all(isinstance(step, str) for step in path)
+                and isinstance(name, str)
+                and isinstance(digest, str)
+            ):
+                raise self._wrong(key, item, "a list of {path, name, fingerprint}")
+            found.append(Captured(tuple(path), name, digest))
+        return tuple(found)
+
     def convention(self, key: str, expected: int) -> int:
         version = self._get(key)
         if version != expected or isinstance(version, bool):
@@ -214,20 +240,38 @@ class XlaScalar:
 
 
 @dataclass(frozen=True)
+class Captured:
+    """A value the export's trace read from the program, as it was at build time."""
+
+    #: How to reach it from the staged function (``ppy.fingerprint.resolve``).
+    path: tuple[str, ...]
+    #: What to call it: ``helper.K``.
+    name: str
+    #: ``ppy.fingerprint.fingerprint`` of the value.
+    fingerprint: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": list(self.path), "name": self.name, "fingerprint": self.fingerprint}
+
+
+@dataclass(frozen=True)
 class JaxExport:
     """A ``@jax.jit`` function serialized by ``jax.export`` in the jax plugin's worker.
 
     The export takes the entry's inputs as positional arrays, in order, and
     no keyword arguments; its symbolic dims are the names and expressions of
     the inputs' ``dims``. ``calling_convention_version`` is jax's own (of the
-    export), ``calling_convention`` this contract's.
+    export), ``calling_convention`` this contract's. ``captures`` are the
+    values the trace read from the program's globals, and ``trace_config``
+    the jax configuration it ran under: the staged path is taken only while
+    both still hold.
     """
 
     KIND: ClassVar[str] = "jax.export"
     #: ``export``: ``jax.export.Exported.serialize()``; ``stablehlo``: the
     #: module's text, UTF-8, for people and tools (the runtime reads ``export``).
     MEMBERS: ClassVar[tuple[str, ...]] = ("export", "stablehlo")
-    CONVENTION: ClassVar[int] = 1
+    CONVENTION: ClassVar[int] = 2
     #: How the inputs are sharded; the only layout staged so far.
     IN_SHARDINGS: ClassVar[str] = "replicated"
 
@@ -238,10 +282,15 @@ class JaxExport:
     uses_shape_polymorphism: bool
     export: bytes
     stablehlo: bytes
+    captures: tuple[Captured, ...] = ()
+    #: jax config name -> the value's repr, as the trace saw it.
+    trace_config: Mapping[str, str] = field(default_factory=dict)
 
     def to_metadata(self) -> dict[str, Any]:
         return {
             "calling_convention": self.CONVENTION,
+            "captures": [c.to_json() for c in self.captures],
+            "trace_config": dict(sorted(self.trace_config.items())),
             "calling_convention_version": self.calling_convention_version,
             "in_shardings": self.IN_SHARDINGS,
             "jax_version": self.jax_version,
@@ -279,4 +328,6 @@ class JaxExport:
             uses_shape_polymorphism=fields.flag("uses_shape_polymorphism"),
             export=_member(payload, cls.KIND, "export"),
             stablehlo=_member(payload, cls.KIND, "stablehlo"),
+            captures=fields.captures("captures"),
+            trace_config=fields.text_map("trace_config"),
         )

@@ -80,6 +80,10 @@ class StageFailure:
     remedy: str | None = None
     #: What the user's code printed to stdout/stderr while it was staged.
     output: str = ""
+    #: The plugin chose not to stage it, for a reason the source alone did
+    #: not show (it reads a value ppy cannot compare, its trace prints): the
+    #: function stays, and the build has not failed.
+    deliberate: bool = False
 
 
 @runtime_checkable

@@ -32,6 +32,7 @@ RULES: Final[Mapping[str, str]] = {
         "the plugin's own permission is granted in [tool.ppy.plugins.<name>] (e.g. "
         "allow-build-export = true)"
     ),
+    "redefined": "the function's name is bound once at module level",
     "invalid-spec": "every ppy.Shape and ppy.DType on a parameter is valid and literal",
     "missing-shape": "every positional parameter has a ppy.Shape",
     "missing-dtype": "every positional parameter has a ppy.DType",
@@ -173,6 +174,19 @@ def _spec_checks(function: FunctionInfo, plugin: Plugin) -> list[Check]:
     return checks
 
 
+def _redefinition_check(function: FunctionInfo) -> Check:
+    if not function.rebound:
+        return Check("redefined", True, f"{function.name} is bound once at module level")
+    lines = ", ".join(f"{function.path}:{line}" for line in function.rebound)
+    return Check(
+        "redefined",
+        False,
+        f"{function.name} is defined at {function.location} and bound again at {lines}; "
+        "which definition a call reaches depends on when it is made, so neither is staged",
+        "give each definition a name of its own",
+    )
+
+
 def _differentiation_check(function: FunctionInfo, plugin: Plugin, decorator: str) -> Check:
     why = plugin.requirements.differentiation
     found = function.differentiated
@@ -242,6 +256,7 @@ def decide(
         trail = (
             Check("no-plugin", True, f"@{decorator} is staged by the {plugin.name} plugin"),
             *_permission_checks(function, decorator, plugin, config, own),
+            _redefinition_check(function),
             *_spec_checks(function, plugin),
             _differentiation_check(function, plugin, decorator),
             *_plugin_checks(function, module, plugin, own),

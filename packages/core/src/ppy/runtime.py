@@ -18,7 +18,12 @@ from typing import Any, Protocol, runtime_checkable
 
 from ppy.entry import Entry
 
-__all__ = ["NotBound", "Runtime"]
+__all__ = ["ORIGINAL", "NotBound", "Runtime"]
+
+#: The attribute a runtime sets on each callable it binds, holding the
+#: original: what the program reaches under that name stands in for it
+#: (``ppy.fingerprint`` follows it to the code the build traced).
+ORIGINAL = "__ppy_original__"
 
 
 class NotBound(Exception):

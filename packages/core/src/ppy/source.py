@@ -82,6 +82,9 @@ class FunctionInfo:
     returns: str | None
     scope: Scope = "module"
     differentiated: Differentiation | None = None
+    #: For a module-level function, the other lines that bind its name at
+    #: module level (another def, an assignment, an import, a ``global``).
+    rebound: tuple[int, ...] = ()
 
     @property
     def name(self) -> str:
@@ -105,3 +108,6 @@ class ModuleInfo:
     #: Set when the module does not parse; it then has no functions.
     syntax_error: str | None = None
     aliases: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+    #: Every module the source imports, anywhere in it, by dotted name
+    #: (``from pkg import layers`` gives ``pkg`` and ``pkg.layers``).
+    imports: frozenset[str] = frozenset()

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ppy.config import Setting, validate_table
 from ppy.decision import Check
+from ppy.fingerprint import DEFAULT_LIMIT
 from ppy.kinds import JaxExport
 from ppy.plugin import Requirements
 
@@ -37,6 +38,18 @@ SETTINGS: Mapping[str, Setting] = {
     ),
     "export-timeout": Setting(
         (float,), 120.0, "seconds a module may take to import and export before it is stopped"
+    ),
+    "verify-sizes": Setting(
+        (bool,),
+        True,
+        "run each export with symbolic dims against the jitted function at several sizes, "
+        "and keep it unstaged where they disagree",
+    ),
+    "captured-array-limit": Setting(
+        (int,),
+        DEFAULT_LIMIT,
+        "bytes of the largest array a function may read from module globals and still be "
+        "exported (it is baked into the artifact); pass larger ones as parameters",
     ),
     "export-memory-limit": Setting(
         (int,),
@@ -111,6 +124,14 @@ class JaxExportPlugin:
                 path=path,
                 key="tool.ppy.plugins.jax.export-timeout",
                 remedy="give a positive number of seconds, or remove it for 120",
+            )
+        if settings["captured-array-limit"] < 0:
+            raise ConfigError(
+                "captured-array-limit must be a number of bytes >= 0, "
+                f"got {settings['captured-array-limit']}",
+                path=path,
+                key="tool.ppy.plugins.jax.captured-array-limit",
+                remedy=f"give a number of bytes, or remove it for {DEFAULT_LIMIT}",
             )
         if settings["export-memory-limit"] <= 0:
             raise ConfigError(

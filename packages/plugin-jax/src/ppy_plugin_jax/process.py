@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ppy.entry import Entry
+from ppy.fingerprint import DEFAULT_LIMIT
 from ppy.kinds import JaxExport
 from ppy.plugin import StageFailure, StageRequest, StageTarget
 from ppy.spec import TensorSpec
@@ -75,6 +76,12 @@ _REMEDIES: Final[Mapping[str, str]] = {
     "import-failed": _IMPORT_REMEDY,
     "annotation-mismatch": "write the ppy.Shape and ppy.DType as literals in the annotation "
     "or in a module-level alias, so the source says what the code does",
+    "captures-runtime-value": "pass the value to the function as a parameter; a large array "
+    "may also be allowed with [tool.ppy.plugins.jax] captured-array-limit",
+    "trace-side-effect": "print outside the jitted function, or with jax.debug.print, which "
+    "prints at every call",
+    "specializes": "describe the dims the body depends on as fixed sizes (ppy.Shape(3, 4)); "
+    "or, if the difference is one you accept, set [tool.ppy.plugins.jax] verify-sizes = false",
 }
 
 
@@ -143,6 +150,7 @@ def _failure(module: str, qualname: str, message: Mapping[str, Any]) -> StageFai
         reason,
         remedy,
         str(message.get("output", ""))[-OUTPUT_LIMIT:],
+        deliberate=bool(message.get("deliberate", False)),
     )
 
 
@@ -245,6 +253,8 @@ def export_in_worker(request: StageRequest) -> list[Entry | StageFailure]:
                     "root": str(Path(request.root).resolve()),
                     "platforms": request.settings.get("platforms"),
                     "memory_limit_mb": request.settings.get("export-memory-limit"),
+                    "capture_limit": request.settings.get("captured-array-limit", DEFAULT_LIMIT),
+                    "verify_sizes": request.settings.get("verify-sizes", True),
                     "capture": str(capture),
                     "modules": [_module_request(t) for t in pending],
                 },

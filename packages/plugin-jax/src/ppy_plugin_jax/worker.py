@@ -35,6 +35,8 @@ from typing import IO, Any, Final
 __all__ = ["PROTOCOL_VERSION", "main"]
 
 PROTOCOL_VERSION: Final = 1
+#: Input dtypes jax gives only with jax_enable_x64 on.
+_WIDE: Final = frozenset({"float64", "int64", "uint64", "complex128"})
 
 
 class Capture:
@@ -120,13 +122,17 @@ def _dims(aval: Any) -> list[int | str]:
     return [d if isinstance(d, int) else str(d) for d in aval.shape]
 
 
-def _export(
-    module: Any, function: Mapping[str, Any], platforms: list[str] | None
-) -> dict[str, Any]:
+def _export(module: Any, function: Mapping[str, Any], request: Mapping[str, Any]) -> dict[str, Any]:
     import jax
     from jax import export
-    from ppy.kinds import JaxExport
+    from jax._src import config as jax_config
+    from ppy.jax_config import read as read_config
+    from ppy.kinds import Captured, JaxExport
 
+    from ppy_plugin_jax.captures import Refused, captures
+    from ppy_plugin_jax.verify import specialized
+
+    platforms = request.get("platforms")
     fn: Any = module
     for part in function["qualname"].split("."):
         fn = getattr(fn, part)
@@ -135,7 +141,38 @@ def _export(
         return {"ok": False, "rule": "annotation-mismatch", "reason": mismatch}
     targets = platforms or [jax.default_backend()]
     specs = _specs(function)
-    exported = export.export(fn, platforms=targets)(*specs)
+    # A 64-bit input is traced as it would be under ppy run: only with x64 on,
+    # which the trace records, so the staged path is taken only then.
+    wide = any(p["dtype"] in _WIDE for p in function["params"])
+    with jax_config.enable_x64(True) if wide else contextlib.nullcontext():
+        exported = export.export(fn, platforms=targets)(*specs)
+        traced_under = read_config(jax.config, jax_config.trace_context_names())
+        found = specialized(fn, exported) if request.get("verify_sizes", True) else None
+    if found is not None:
+        sizes, why = found
+        at = ", ".join(f"{name}={size}" for name, size in sizes.items())
+        return {
+            "ok": False,
+            "rule": "specializes",
+            "reason": f"at {at}, {why}: the export does not serve every size its "
+            "description claims",
+            "deliberate": True,
+        }
+    try:
+        read = captures(
+            fn,
+            root=request["root"],
+            limit=request["capture_limit"],
+            flatten=jax.tree_util.tree_flatten,
+        )
+    except Refused as refused:
+        return {
+            "ok": False,
+            "rule": "captures-runtime-value",
+            "reason": f"its trace reads {refused.name}, which ppy cannot compare at run time: "
+            f"{refused.why}",
+            "deliberate": True,
+        }
     contract = JaxExport(
         jax_version=jax.__version__,
         jaxlib_version=importlib.import_module("jaxlib").__version__,
@@ -146,6 +183,8 @@ def _export(
         ),
         export=bytes(exported.serialize()),
         stablehlo=exported.mlir_module().encode("utf-8"),
+        captures=tuple(Captured(c.path, c.name, c.fingerprint) for c in read),
+        trace_config=traced_under,
     )
     return {
         "ok": True,
@@ -173,6 +212,19 @@ def _describe(error: BaseException, doing: str, root: str) -> str:
     lines = [ln.strip() for ln in str(error).strip().splitlines() if ln.strip()]
     text = " ".join(lines[:4])
     return f"{type(error).__name__}{where} while {doing}: {text}"
+
+
+def _side_effect(printed: str) -> dict[str, Any]:
+    """The result for a function whose trace wrote output: a python run prints
+    it at the first call, a staged run never traces, so it stays."""
+    first = next(line for line in printed.splitlines() if line.strip()).strip()
+    return {
+        "ok": False,
+        "rule": "trace-side-effect",
+        "reason": f"its trace writes to stdout or stderr ({first[:80]!r}); a staged call is "
+        "not traced, so ppy run would not print it",
+        "deliberate": True,
+    }
 
 
 def _serve(request: Mapping[str, Any], out: IO[str], capture: Capture) -> None:
@@ -207,16 +259,17 @@ def _serve(request: Mapping[str, Any], out: IO[str], capture: Capture) -> None:
         import_output = capture.take()
         for function in module_request["functions"]:
             try:
-                result = _export(module, function, request.get("platforms"))
+                result = _export(module, function, request)
             except BaseException as error:  # whatever the user's function raises
                 result = {
                     "ok": False,
                     "rule": "export-failed",
                     "reason": _describe(error, "exporting it", request["root"]),
                 }
-            result.update(
-                module=name, qualname=function["qualname"], output=import_output + capture.take()
-            )
+            traced = capture.take()
+            if result["ok"] and traced.strip():
+                result = _side_effect(traced)
+            result.update(module=name, qualname=function["qualname"], output=import_output + traced)
             send(result)
     send({"event": "done"})
 

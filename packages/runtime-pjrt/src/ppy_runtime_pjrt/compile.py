@@ -103,7 +103,14 @@ class Executables:
         )
 
     def load(self, signature: Signature) -> tuple[Callable[..., Any], str]:
-        """(the call, where it came from: "cache" or "compiled")."""
+        """(the call, where it came from: "cache" or "compiled").
+
+        Either way the executable is one read back from its bytes, with
+        outputs left uncommitted: compiled from ``exported.call``, whose
+        shardings are explicit, it would commit them to the device, where jit
+        commits an output only when an input was (and the guard sends
+        committed inputs to the original).
+        """
         key = self.key(signature)
         if self.cache is not None:
             data = self.cache.get(key)
@@ -112,18 +119,26 @@ class Executables:
                 if compiled is not None:
                     return fast_call(compiled), "cache"
         compiled = self._compile(signature)
-        if self.cache is not None:
-            self._store(key, compiled)
+        data = self._serialize(compiled)
+        if data is not None:
+            if self.cache is not None:
+                self.cache.keep(key, data)
+            compiled = self._deserialize(key, data) or compiled
         return fast_call(compiled), "compiled"
 
     def _deserialize(self, key: str, data: bytes) -> Any:
         try:
             return pickled.load_compiled(
-                data, self.in_tree, self.exported.out_tree, self.device.client, [self.device]
+                data,
+                self.in_tree,
+                self.exported.out_tree,
+                self.device.client,
+                [self.device],
+                committed=False,
             )
         except Exception as error:
-            assert self.cache is not None
-            self.cache.discard(key, error, module=self.module, function=self.qualname)
+            if self.cache is not None:
+                self.cache.discard(key, error, module=self.module, function=self.qualname)
             return None
 
     def _compile(self, signature: Signature) -> Any:
@@ -135,8 +150,7 @@ class Executables:
             lines = str(error).splitlines() or [""]
             raise CompileRefused(f"{type(error).__name__}: {lines[0]}") from error
 
-    def _store(self, key: str, compiled: Any) -> None:
-        assert self.cache is not None
+    def _serialize(self, compiled: Any) -> bytes | None:
         try:
             data, _, _ = serialize_executable.serialize(compiled)
         except (ValueError, NotImplementedError) as error:
@@ -148,5 +162,5 @@ class Executables:
                 function=self.qualname,
                 reason=f"this executable cannot be serialized: {error}",
             )
-            return
-        self.cache.keep(key, data)
+            return None
+        return bytes(data)

@@ -23,9 +23,10 @@ from typing import Any
 from ppy.entry import Entry
 from ppy.jax_window import outside_window
 from ppy.kinds import JaxExport, KindError
-from ppy.runtime import NotBound
+from ppy.runtime import ORIGINAL, NotBound
 
 from ppy_runtime_pjrt import unstaged
+from ppy_runtime_pjrt.conditions import Conditions
 from ppy_runtime_pjrt.guard import Fallback, Guard, Signature
 
 __all__ = ["CallStats", "ExportRuntime", "StagedFunction"]
@@ -74,9 +75,11 @@ class StagedFunction:
         loader: Any,
         module: str,
         qualname: str,
+        conditions: Conditions,
     ) -> None:
         self.original = original
         self.guard = guard
+        self.conditions = conditions
         self.loader = loader
         self.module = module
         self.qualname = qualname
@@ -98,20 +101,29 @@ class StagedFunction:
     def callable(self) -> Callable[..., Any]:
         """The function to bind: the fast path, then ``slow`` on any miss."""
         arity = len(self.guard.specs)
-        fast = _FAST.get(arity, _fast_any)(self.table, self.slow)
+        conditions = self.conditions
+        gate = (conditions.context, conditions.held, conditions.nans, conditions.infs)
+        fast = _FAST.get(arity, _fast_any)(self.table, self.slow, gate)
         if _verbose():
             fast = _logged(fast, self)
         functools.update_wrapper(fast, self.original)
+        # As jax's own: ``score.__wrapped__`` is the Python function jit wraps.
+        fast.__wrapped__ = getattr(self.original, "__wrapped__", self.original)  # type: ignore[attr-defined]
         for name in _FORWARDED:
             value = getattr(self.original, name, None)
             if value is not None:
                 setattr(fast, name, value)
         fast.ppy_stats = self.stats  # type: ignore[attr-defined]
         fast.ppy_staged = self  # type: ignore[attr-defined]
+        setattr(fast, ORIGINAL, self.original)
         return fast
 
     def slow(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """A call the table did not serve: a new signature, or a fallback."""
+        """A call the table did not serve: a new signature, a configuration
+        not yet checked, or a fallback."""
+        configured = self.conditions.configuration()
+        if configured is not None:
+            return self._fall_back(configured, args, kwargs)
         key = None if kwargs else _key(args)
         if key is not None:
             call = self.table.get(key)
@@ -136,6 +148,10 @@ class StagedFunction:
         call = self.executables.get(signature)
         if call is not None:
             return call
+        # Where jit would trace this signature, and read the globals now.
+        captured = self.conditions.captured()
+        if captured is not None:
+            return captured
         from ppy_runtime_pjrt.compile import CompileRefused
 
         try:
@@ -170,18 +186,18 @@ def _key(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
     """The table key of ``args`` as the fast path builds it; None if unkeyable.
 
     A ``jax.Array`` is keyed by its aval's shape, dtype and weak type (one C
-    attribute read instead of two Python properties); a NumPy array by its
-    shape and dtype. The type is part of the key, so a tracer, whose aval may
-    be the same, never matches.
+    attribute read instead of two Python properties) and whether it is
+    committed to a device; a NumPy array by its shape and dtype. The type is
+    part of the key, so a tracer, whose aval may be the same, never matches.
     """
     key: list[Any] = []
     for a in args:
         kind = type(a)
         aval = getattr(a, "aval", None)
         if aval is not None:
-            key += (kind, aval.shape, aval.dtype, aval.weak_type)
+            key += (kind, aval.shape, aval.dtype, aval.weak_type, getattr(a, "_committed", False))
         elif isinstance(a, _numpy_array()):
-            key += (kind, a.shape, a.dtype, False)
+            key += (kind, a.shape, a.dtype, False, False)
         else:
             return None
     try:
@@ -202,11 +218,17 @@ def _numpy_array() -> type:
 # ``slow`` outside the ``except`` so the original's errors carry no context.
 
 _MISSES = (KeyError, AttributeError, TypeError)
+#: What the fast path checks of the configuration on every call
+#: (``Conditions``): jax's trace context, the one last found to hold, and
+#: the debug_nans and debug_infs states.
+_Gate = tuple[Callable[[], Any], list[Any], Any, Any]
 
 
-def _fast_0(table: dict[Any, Any], slow: Callable[..., Any]) -> Callable[..., Any]:
+def _fast_0(table: dict[Any, Any], slow: Callable[..., Any], gate: _Gate) -> Callable[..., Any]:
+    context, held, nans, infs = gate
+
     def staged(*args: Any, **kwargs: Any) -> Any:
-        if not kwargs and not args:
+        if not kwargs and not args and context() == held[0] and not nans.value and not infs.value:
             call = table.get(())
             if call is not None:
                 return call()
@@ -215,13 +237,21 @@ def _fast_0(table: dict[Any, Any], slow: Callable[..., Any]) -> Callable[..., An
     return staged
 
 
-def _fast_1(table: dict[Any, Any], slow: Callable[..., Any]) -> Callable[..., Any]:
+def _fast_1(table: dict[Any, Any], slow: Callable[..., Any], gate: _Gate) -> Callable[..., Any]:
+    context, held, nans, infs = gate
+
     def staged(*args: Any, **kwargs: Any) -> Any:
-        if not kwargs and len(args) == 1:
+        if (
+            not kwargs
+            and len(args) == 1
+            and context() == held[0]
+            and not nans.value
+            and not infs.value
+        ):
             a = args[0]
             try:
                 av = a.aval
-                call = table[(type(a), av.shape, av.dtype, av.weak_type)]
+                call = table[(type(a), av.shape, av.dtype, av.weak_type, a._committed)]
             except _MISSES:
                 pass
             else:
@@ -231,17 +261,25 @@ def _fast_1(table: dict[Any, Any], slow: Callable[..., Any]) -> Callable[..., An
     return staged
 
 
-def _fast_2(table: dict[Any, Any], slow: Callable[..., Any]) -> Callable[..., Any]:
+def _fast_2(table: dict[Any, Any], slow: Callable[..., Any], gate: _Gate) -> Callable[..., Any]:
+    context, held, nans, infs = gate
+
     def staged(*args: Any, **kwargs: Any) -> Any:
-        if not kwargs and len(args) == 2:
+        if (
+            not kwargs
+            and len(args) == 2
+            and context() == held[0]
+            and not nans.value
+            and not infs.value
+        ):
             a, b = args
             try:
                 av = a.aval
                 bv = b.aval
                 call = table[
                     (
-                        type(a), av.shape, av.dtype, av.weak_type,
-                        type(b), bv.shape, bv.dtype, bv.weak_type,
+                        type(a), av.shape, av.dtype, av.weak_type, a._committed,
+                        type(b), bv.shape, bv.dtype, bv.weak_type, b._committed,
                     )
                 ]  # fmt: skip
             except _MISSES:
@@ -253,14 +291,16 @@ def _fast_2(table: dict[Any, Any], slow: Callable[..., Any]) -> Callable[..., An
     return staged
 
 
-def _fast_any(table: dict[Any, Any], slow: Callable[..., Any]) -> Callable[..., Any]:
+def _fast_any(table: dict[Any, Any], slow: Callable[..., Any], gate: _Gate) -> Callable[..., Any]:
+    context, held, nans, infs = gate
+
     def staged(*args: Any, **kwargs: Any) -> Any:
-        if not kwargs:
+        if not kwargs and context() == held[0] and not nans.value and not infs.value:
             try:
                 key: tuple[Any, ...] = ()
                 for a in args:
                     av = a.aval
-                    key += (type(a), av.shape, av.dtype, av.weak_type)
+                    key += (type(a), av.shape, av.dtype, av.weak_type, a._committed)
                 call = table[key]
             except _MISSES:
                 pass
@@ -375,13 +415,6 @@ class ExportRuntime:
         if reason is not None:
             raise NotBound(reason)
         _check_description(entry, exported)
-        wide = [
-            s.dtype for s in entry.inputs if s.dtype in ("float64", "int64", "uint64", "complex128")
-        ]
-        if wide and not jax.config.jax_enable_x64:
-            raise NotBound(
-                f"the export takes {wide[0]} inputs but jax_enable_x64 is off in this process"
-            )
         if self._cache is None:
             cache: ExecutableCache | None = ExecutableCache()
         else:
@@ -401,6 +434,11 @@ class ExportRuntime:
             exported, payload=blob, cache=cache, module=entry.module, qualname=entry.qualname
         )
         staged = StagedFunction(
-            original, guard=guard, loader=loader, module=entry.module, qualname=entry.qualname
+            original,
+            guard=guard,
+            loader=loader,
+            module=entry.module,
+            qualname=entry.qualname,
+            conditions=Conditions(original, contract.captures, dict(contract.trace_config)),
         )
         return staged.callable()

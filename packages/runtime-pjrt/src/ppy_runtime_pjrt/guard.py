@@ -37,8 +37,9 @@ class Fallback:
 
     #: keywords, tracer, scalar, list, type, count, rank, dim, dtype, symbolic
     #: (no one value of a symbol fits), size (a symbolic dim below 1, or a size
-    #: its expression cannot have, as 5 for ``2*B``), or compile (the export
-    #: refused the shape).
+    #: its expression cannot have, as 5 for ``2*B``), device (committed to a
+    #: device, or sharded), compile (the export refused the shape), config
+    #: (another jax configuration) or captured (a global the trace read changed).
     category: str
     detail: str
 
@@ -103,6 +104,12 @@ class Guard:
                 )
             if arg.dtype != dtype:
                 return Fallback("dtype", f"{name} is {arg.dtype}, staged for {spec.dtype}")
+            if getattr(arg, "_committed", False):
+                # jit runs where a committed input lives and commits its
+                # output there; the staged executable is for one device.
+                return Fallback(
+                    "device", f"{name} is committed to {_placed(arg)}, not left to jax to place"
+                )
             if getattr(arg, "weak_type", False):
                 # What jit returns for a weakly typed input is weakly typed
                 # too, and promotes differently later; the export is not.
@@ -123,6 +130,13 @@ class Guard:
             if isinstance(solved, Unfit):
                 return Fallback(solved.category, solved.detail)
         return tuple(signature)
+
+
+def _placed(arg: Any) -> str:
+    try:
+        return ", ".join(sorted(str(d) for d in arg.devices()))
+    except Exception:  # only for the message
+        return "a device"
 
 
 def _not_an_array(arg: Any, name: str) -> Fallback:

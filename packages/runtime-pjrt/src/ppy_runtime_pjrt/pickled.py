@@ -59,11 +59,23 @@ def load(data: bytes, client: Any, devices: Sequence[Any]) -> Any:
 
 
 def load_compiled(
-    data: bytes, in_tree: Any, out_tree: Any, client: Any, devices: Sequence[Any]
+    data: bytes,
+    in_tree: Any,
+    out_tree: Any,
+    client: Any,
+    devices: Sequence[Any],
+    *,
+    committed: bool | None = None,
 ) -> Any:
-    """``serialize_executable.deserialize_and_load``, read with ``Unpickler``."""
+    """``serialize_executable.deserialize_and_load``, read with ``Unpickler``;
+    ``committed``, where given, is whether its outputs are committed to their
+    device (jit commits them only when an input was)."""
+    import dataclasses
+
     import jax
 
     unloaded, args_info_flat, no_kwargs = load(data, client, devices)
+    if committed is not None:
+        unloaded = dataclasses.replace(unloaded, committed=committed)
     args_info = in_tree.unflatten(args_info_flat)
     return jax.stages.Compiled(unloaded.load(), [], args_info, out_tree, no_kwargs=no_kwargs)

@@ -1,0 +1,164 @@
+"""What a jitted function's trace reads besides its arguments, found in its bytecode.
+
+A trace reads module globals: directly (``W``), through a project module
+(``helper.K``), and through the project functions it calls, which read their
+own. Each is baked into the export as the value it had at build time, so
+each is recorded here as a ``Capture``: the path from the staged function to
+the value, and the value's fingerprint (``ppy.fingerprint``). The runtime
+follows the same path in the running program and compares.
+
+The paths come from the bytecode: every global a function loads
+(``LOAD_GLOBAL``), with the attributes read from it right after
+(``LOAD_ATTR``), in the function and in the code it nests (comprehensions,
+inner functions). What is followed, and what is recorded:
+
+- a project module (a file under the project root): the attributes read from
+  it, each as a global of its own;
+- a project function, jitted or not: followed into, its globals read in turn
+  (its defaults and closure are recorded);
+- a library module (``jnp``, ``math``, ``os``): the data attributes read from
+  it (``math.pi``, ``sys.argv``); its functions and classes by name;
+- anything else: recorded whole.
+
+A global with no fingerprint (an open file, an object of an unknown class)
+refuses the export: ``Refused`` names it.
+"""
+
+from __future__ import annotations
+
+import dis
+import os
+import sys
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ppy.fingerprint import DEFAULTS, Unreadable, defaults, fingerprint, python_function
+
+__all__ = ["Capture", "Refused", "captures"]
+
+_LOADS = ("LOAD_GLOBAL", "LOAD_NAME")
+_ATTRS = ("LOAD_ATTR", "LOAD_METHOD")
+
+
+@dataclass(frozen=True)
+class Capture:
+    """One value the trace read: how to reach it, what to call it, its fingerprint."""
+
+    #: Steps from the staged function, as ``ppy.fingerprint.resolve`` follows them.
+    path: tuple[str, ...]
+    #: ``helper.K``: the module that holds it, as the build imported it, and the name.
+    name: str
+    fingerprint: str
+
+
+class Refused(Exception):
+    """A captured global has no fingerprint; ``name`` is the global, the message why."""
+
+    def __init__(self, name: str, why: str) -> None:
+        super().__init__(f"{name}: {why}")
+        self.name = name
+        self.why = why
+
+
+def _chains(code: types.CodeType) -> Iterator[tuple[str, ...]]:
+    """Each global the code loads, with the attributes read from it right after."""
+    chain: list[str] = []
+    for instruction in dis.get_instructions(code):
+        if instruction.opname in _LOADS:
+            if chain:
+                yield tuple(chain)
+            chain = [str(instruction.argval)]
+        elif instruction.opname in _ATTRS and chain:
+            chain.append(str(instruction.argval))
+        elif chain:
+            yield tuple(chain)
+            chain = []
+    if chain:
+        yield tuple(chain)
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            yield from _chains(constant)
+
+
+class _Scan:
+    def __init__(self, root: str, limit: int, flatten: Callable[[Any], Any]) -> None:
+        self.root = os.path.join(os.path.abspath(root), "")
+        self.limit = limit
+        self.flatten = flatten
+        self.found: dict[tuple[str, ...], Capture] = {}
+        self.followed: set[types.CodeType] = set()
+
+    def _in_project(self, filename: str | None) -> bool:
+        return bool(filename) and os.path.abspath(str(filename)).startswith(self.root)
+
+    def _project_module(self, value: Any) -> bool:
+        return isinstance(value, types.ModuleType) and self._in_project(
+            getattr(value, "__file__", None)
+        )
+
+    def record(self, path: tuple[str, ...], name: str, value: Any, *, strict: bool = True) -> None:
+        """Fingerprint one value; one that has none refuses the export, or,
+        where a library holds it (``strict`` off: ``jax.config``), is not compared."""
+        try:
+            digest = fingerprint(value, limit=self.limit, flatten=self.flatten)
+        except Unreadable as error:
+            if strict:
+                raise Refused(name, str(error)) from None
+            return
+        self.found[path] = Capture(path, name, digest)
+
+    def function(self, fn: types.FunctionType, path: tuple[str, ...]) -> None:
+        if fn.__code__ in self.followed:
+            return
+        self.followed.add(fn.__code__)
+        owner = str(fn.__globals__.get("__name__", "?"))
+        if path:  # a function it calls: its defaults and closure count too
+            self.record((*path, DEFAULTS), f"{owner}.{fn.__qualname__}", defaults(fn))
+        for chain in sorted(set(_chains(fn.__code__))):
+            head = chain[0]
+            if head not in fn.__globals__:
+                continue  # a builtin, or a name defined later (then the trace fails)
+            self.value(fn.__globals__[head], (*path, head), f"{owner}.{head}", chain[1:])
+
+    def value(self, value: Any, path: tuple[str, ...], name: str, attrs: tuple[str, ...]) -> None:
+        if isinstance(value, types.ModuleType):
+            if not attrs:
+                self.record(path, name, value)
+                return
+            try:
+                inner = getattr(value, attrs[0])
+            except AttributeError:
+                return  # the trace would fail on it
+            if self._project_module(value) or isinstance(inner, types.ModuleType):
+                self.value(inner, (*path, attrs[0]), f"{name}.{attrs[0]}", attrs[1:])
+            elif not callable(inner):  # a library's data: math.pi, sys.argv
+                self.record((*path, attrs[0]), f"{name}.{attrs[0]}", inner, strict=False)
+            return
+        fn = python_function(value)
+        if fn is not None and self._in_project(fn.__code__.co_filename):
+            self.function(fn, path)
+            return
+        if (
+            isinstance(value, type)
+            and self._in_project(getattr(sys.modules.get(value.__module__), "__file__", None))
+            and attrs
+        ):
+            inner = getattr(value, attrs[0], None)
+            self.value(inner, (*path, attrs[0]), f"{name}.{attrs[0]}", attrs[1:])
+            return
+        self.record(path, name, value)
+
+
+def captures(
+    fn: Any, *, root: str, limit: int, flatten: Callable[[Any], Any]
+) -> tuple[Capture, ...]:
+    """Every value ``fn``'s trace can read from globals, fingerprinted; ``Refused``
+    names the first that cannot be."""
+    function = python_function(fn)
+    if function is None:
+        return ()
+    scan = _Scan(root, limit, flatten)
+    scan.function(function, ())
+    return tuple(scan.found[path] for path in sorted(scan.found))

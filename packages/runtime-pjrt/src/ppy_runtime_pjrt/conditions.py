@@ -1,0 +1,98 @@
+"""What must hold, besides the inputs, for an export to compute what the jitted call would.
+
+An export froze, at build time, the values its trace read from the
+program's globals (``JaxExport.captures``) and the jax configuration it ran
+under (``JaxExport.trace_config``). In the running program either may
+differ: a file loaded at import changed, ``main()`` set a flag, the program
+turned on ``jax_enable_x64`` or entered ``jax.disable_jit()``.
+
+The two are checked when jax would read them. Globals are read by a trace,
+so they are compared when a new input signature would be traced: once per
+signature, in the slow path. The configuration can change between any two
+calls, so it is checked on every call, cheaply: jax's trace context (a tuple
+jax builds in C++ from every option that changes a trace) must be the one
+last checked, and ``jax_debug_nans`` and ``jax_debug_infs`` (which jax does
+not count in it, but which make a jitted call check its outputs) must be
+off. When the context is new, the recorded options are compared one by one,
+and the verdict is kept for that context.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from ppy.fingerprint import Unreadable, fingerprint, resolve
+from ppy.jax_config import differences
+from ppy.kinds import Captured
+
+from ppy_runtime_pjrt.guard import Fallback
+
+__all__ = ["Conditions"]
+
+
+class Conditions:
+    """The captured values and configuration of one export, checked against the program."""
+
+    def __init__(
+        self,
+        original: Callable[..., Any],
+        captures: tuple[Captured, ...],
+        trace_config: dict[str, str],
+    ) -> None:
+        import jax
+        from jax._src import config
+
+        self.original = original
+        self.captures = captures
+        self.trace_config = trace_config
+        self._config = jax.config
+        self._flatten = jax.tree_util.tree_flatten
+        #: jax's trace context, as a C++ call: cheap enough for every call.
+        self.context: Callable[[], Any] = config.trace_context
+        self.nans = config.debug_nans
+        self.infs = config.debug_infs
+        #: The trace context that was checked last and held; the fast path
+        #: compares with it (a one-element list, shared with the closures).
+        self.held: list[Any] = [object()]
+        self._verdicts: dict[Any, Fallback | None] = {}
+
+    def configuration(self) -> Fallback | None:
+        """Why the configuration now is not the trace's, or None (and then
+        the fast path takes this context as checked)."""
+        if self.nans.value or self.infs.value:
+            return Fallback(
+                "config", "jax_debug_nans or jax_debug_infs is on: jit checks every output"
+            )
+        context = self.context()
+        try:
+            verdict = self._verdicts.get(context, ...)
+        except TypeError:  # a context jax cannot hash: checked every time
+            verdict = ...
+        if verdict is ...:
+            changed = differences(self._config, self.trace_config)
+            verdict = Fallback("config", "; ".join(changed)) if changed else None
+            with contextlib.suppress(TypeError):
+                self._verdicts[context] = verdict
+        if verdict is None:
+            self.held[0] = context
+        return verdict
+
+    def captured(self) -> Fallback | None:
+        """Why a value the trace read is not what the build saw, or None."""
+        for capture in self.captures:
+            try:
+                value = resolve(self.original, capture.path)
+                now = fingerprint(value, limit=1 << 62, flatten=self._flatten)
+            except (LookupError, AttributeError):
+                return Fallback("captured", f"{capture.name} is gone from the program")
+            except Unreadable as error:
+                return Fallback("captured", f"{capture.name} cannot be compared now: {error}")
+            if now != capture.fingerprint:
+                return Fallback(
+                    "captured",
+                    f"{capture.name} is not the value the build traced with (it changed "
+                    "since the build, or the program set it)",
+                )
+        return None

@@ -1,0 +1,186 @@
+"""Values a trace read from the program's globals: a file loaded at import, the environment,
+argv and the clock, a flag set in main(), a helper module's attribute; and globals ppy
+cannot compare.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from ppy.artifact import read_artifact
+
+from tests.conftest import run_ppy
+from tests.fidelity.support import differential, project
+
+HEAD = """\
+from typing import Annotated
+
+import jax
+import jax.numpy as jnp
+
+import ppy
+
+Batch = Annotated[jax.Array, ppy.Shape("B", 4), ppy.DType("float32")]
+"""
+
+
+def _build(root: Path, cache: Path) -> str:
+    built = run_ppy("build", cwd=root, env={"PPY_CACHE_DIR": str(cache)})
+    assert built.returncode == 0, built.stdout + built.stderr
+    return built.stdout
+
+
+def test_an_array_loaded_at_import_from_a_file_that_changed(tmp_path: Path) -> None:
+    root = project(
+        tmp_path / "p",
+        {
+            "model.ppy": HEAD
+            + """
+import numpy as np
+W = np.load("w.npy")
+
+@jax.jit
+def score(x: Batch) -> jax.Array:
+    return x @ W
+
+print(score(jnp.ones((2, 4), jnp.float32)))
+"""
+        },
+    )
+    np.save(root / "w.npy", np.arange(4, dtype=np.float32))
+    assert " exported " in _build(root, tmp_path / "c")
+    same = differential(root, cache=tmp_path / "c", build=False)
+    assert same.bound() == {"score"} and same.staged_calls("score") == 1
+
+    np.save(root / "w.npy", np.arange(4, dtype=np.float32) * 10)
+    changed = differential(root, cache=tmp_path / "c", build=False)
+    (fallback,) = changed.fallbacks()
+    assert fallback["category"] == "captured" and "model.W" in str(fallback["reason"])
+
+
+def test_a_value_from_the_environment_argv_and_the_clock(tmp_path: Path) -> None:
+    root = project(
+        tmp_path / "p",
+        {
+            "model.ppy": HEAD
+            + """
+import os, sys, time
+SCALE = float(os.environ.get("SCALE", "1"))
+MODE = sys.argv[1:]
+STARTED = time.time() > 0
+
+@jax.jit
+def score(x: Batch) -> jax.Array:
+    return x.sum(axis=-1) * SCALE * (2 if MODE else 1) * STARTED
+
+print(score(jnp.ones((2, 4), jnp.float32)))
+"""
+        },
+    )
+    _build(root, tmp_path / "c")
+    assert differential(root, cache=tmp_path / "c", build=False).staged_calls("score") == 1
+    for argv, env in (((), {"SCALE": "3"}), (("fast",), {})):
+        compared = differential(root, *argv, cache=tmp_path / "c", build=False, env=env)
+        assert [f["category"] for f in compared.fallbacks()] == ["captured"]
+
+
+def test_a_global_main_sets_before_the_first_call(tmp_path: Path) -> None:
+    root = project(
+        tmp_path / "p",
+        {
+            "model.ppy": HEAD
+            + """
+OFFSET = 0.0
+
+@jax.jit
+def score(x: Batch) -> jax.Array:
+    return x.sum(axis=-1) + OFFSET
+
+def main():
+    global OFFSET
+    OFFSET = 5.0
+    print(score(jnp.ones((2, 4), jnp.float32)))
+
+if __name__ == "__main__":
+    main()
+"""
+        },
+    )
+    compared = differential(root, cache=tmp_path / "c")
+    assert compared.bound() == {"score"}
+    assert "model.OFFSET" in str(compared.fallbacks()[0]["reason"])
+
+
+def test_a_helper_modules_attribute_and_a_called_functions_global(tmp_path: Path) -> None:
+    root = project(
+        tmp_path / "p",
+        {
+            "helper.ppy": """
+import jax.numpy as jnp
+K = 3.0
+EPS = 1e-3
+
+def shift(x):
+    return x + EPS
+""",
+            "model.ppy": HEAD
+            + """
+import helper
+
+@jax.jit
+def score(x: Batch) -> jax.Array:
+    return helper.shift(x).sum(axis=-1) * helper.K
+
+def main():
+    print(score(jnp.ones((2, 4), jnp.float32)))
+
+if __name__ == "__main__":
+    import sys
+    if sys.argv[1:] == ["k"]:
+        helper.K = 4.0
+    if sys.argv[1:] == ["eps"]:
+        helper.EPS = 1.0
+    main()
+""",
+        },
+    )
+    _build(root, tmp_path / "c")
+    assert differential(root, cache=tmp_path / "c", build=False).staged_calls("score") == 1
+    for argv, name in (("k", "helper.K"), ("eps", "helper.EPS")):
+        compared = differential(root, argv, cache=tmp_path / "c", build=False)
+        (fallback,) = compared.fallbacks()
+        assert name in str(fallback["reason"]), fallback
+
+
+def test_a_global_with_no_fingerprint_or_too_large_stays_unstaged(tmp_path: Path) -> None:
+    root = project(
+        tmp_path / "p",
+        {
+            "model.ppy": HEAD
+            + """
+import threading
+import numpy as np
+LOCK = threading.Lock()
+BIG = np.ones((512, 1024), np.float32)
+
+@jax.jit
+def locked(x: Batch) -> jax.Array:
+    return x * (1 if LOCK else 0)
+
+@jax.jit
+def heavy(x: Batch) -> jax.Array:
+    return x.sum() + BIG.sum()
+
+print(locked(jnp.ones((2, 4))), heavy(jnp.ones((2, 4))))
+"""
+        },
+    )
+    built = _build(root, tmp_path / "c")
+    lines = {line.split()[1]: line for line in built.splitlines() if line.startswith("model ")}
+    assert " stays " in lines["locked"] and "model.LOCK" in lines["locked"], built
+    assert " stays " in lines["heavy"] and "model.BIG" in lines["heavy"], built
+    assert "pass the value to the function as a parameter" in built
+    decisions = read_artifact(root / ".ppy" / "artifact.ppyz").decisions
+    assert {d.rule for d in decisions} == {"captures-runtime-value"}
+    assert differential(root, cache=tmp_path / "c", build=False).bound() == set()

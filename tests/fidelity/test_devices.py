@@ -1,0 +1,57 @@
+"""Devices: outputs committed as jit's are, inputs committed to a device or sharded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.fidelity.support import differential, project
+
+PROGRAM = """\
+from typing import Annotated
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+import ppy
+
+Batch = Annotated[jax.Array, ppy.Shape("B", 4), ppy.DType("float32")]
+
+
+@jax.jit
+def score(x: Batch) -> jax.Array:
+    return x.sum(axis=-1)
+
+
+first, second = jax.devices()
+there = jax.device_put(jnp.ones((2,), jnp.float32), second)
+x = jnp.ones((2, 4), jnp.float32)
+
+y = score(x)  # uncommitted in, uncommitted out: it may meet an array anywhere
+print(y, (y + there).devices())
+y = score(np.ones((2, 4), np.float32))
+print(y, (y + there).devices())
+
+pinned = score(jax.device_put(x, first))  # committed in, committed out
+try:
+    pinned + there
+except ValueError as error:
+    print("refused:", str(error).splitlines()[0][:40])
+
+elsewhere = score(jax.device_put(x, second))
+print(elsewhere, elsewhere.devices())
+
+mesh = Mesh(np.array(jax.devices()), ("data",))
+sharded = score(jax.device_put(x, NamedSharding(mesh, PartitionSpec("data"))))
+print(sharded, sharded.sharding.spec)
+"""
+
+
+def test_placement_and_commitment_are_as_jits(tmp_path: Path) -> None:
+    root = project(tmp_path / "p", {"model.ppy": PROGRAM})
+    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    compared = differential(root, cache=tmp_path / "c", env=env)
+    assert "refused:" in compared.python.stdout
+    assert compared.bound() == {"score"} and compared.staged_calls("score") == 2
+    assert {f["category"] for f in compared.fallbacks()} == {"device"}

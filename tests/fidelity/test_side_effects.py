@@ -1,0 +1,60 @@
+"""A function whose trace prints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ppy.artifact import read_artifact
+
+from tests.conftest import run_ppy
+from tests.fidelity.support import differential, project
+
+PROGRAM = """\
+import sys
+from typing import Annotated
+
+import jax
+import jax.numpy as jnp
+
+import ppy
+
+Batch = Annotated[jax.Array, ppy.Shape("B", 4), ppy.DType("float32")]
+
+
+@jax.jit
+def loud(x: Batch) -> jax.Array:
+    print("tracing loud with", x.shape)
+    return x.sum(axis=-1)
+
+
+@jax.jit
+def warns(x: Batch) -> jax.Array:
+    sys.stderr.write("tracing warns\\n")
+    return x.max(axis=-1)
+
+
+@jax.jit
+def quiet(x: Batch) -> jax.Array:
+    return x.min(axis=-1)
+
+
+x = jnp.ones((2, 4), jnp.float32)
+print(loud(x), warns(x), quiet(x))
+print(loud(x), warns(x), quiet(x))
+"""
+
+
+def test_a_function_whose_trace_prints_stays_and_the_build_does_not_fail(
+    tmp_path: Path,
+) -> None:
+    root = project(tmp_path / "p", {"model.ppy": PROGRAM})
+    built = run_ppy("build", cwd=root, env={"PPY_CACHE_DIR": str(tmp_path / "c")})
+    assert built.returncode == 0, built.stderr
+    assert "1 staged, 0 reused, 2 stay" in built.stdout
+    compared = differential(root, cache=tmp_path / "c", build=False)
+    assert compared.python.stdout.count("tracing loud") == 1
+    assert compared.python.stderr.count("tracing warns") == 1
+    assert compared.bound() == {"quiet"}
+    decisions = {d.qualname: d for d in read_artifact(root / ".ppy" / "artifact.ppyz").decisions}
+    assert decisions["loud"].rule == decisions["warns"].rule == "trace-side-effect"
+    assert "tracing loud with" in decisions["loud"].reason
