@@ -2,7 +2,7 @@
 
 The program is built with ``ppy build`` and run with ``ppy run``; inside it,
 each staged function is timed against its own jitted original
-(``__wrapped__``) on the same arrays: a small input, a medium one, and an
+(``__ppy_original__``) on the same arrays: a small input, a medium one, and an
 input the description refuses, whose call falls back to the jitted one.
 Each figure is the best of five rounds of many calls after warm-up; the
 samples are one per fresh process.

@@ -277,7 +277,7 @@ def main() -> None:
         "fallback": (small, jnp.ones((8, 5), jnp.float32), jnp.eye(5, dtype=jnp.float32)),
     }}
     for name, (staged, x, w) in cases.items():
-        figures[name] = per_call({{"jitted": staged.__wrapped__, "staged": staged}}, x, w)
+        figures[name] = per_call({{"jitted": staged.__ppy_original__, "staged": staged}}, x, w)
     if not small.ppy_stats.fallbacks:
         raise SystemExit("the refused input did not fall back")
     print(json.dumps(figures))

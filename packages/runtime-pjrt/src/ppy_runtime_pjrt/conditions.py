@@ -13,8 +13,9 @@ calls, so it is checked on every call, cheaply: jax's trace context (a tuple
 jax builds in C++ from every option that changes a trace) must be the one
 last checked, and ``jax_debug_nans`` and ``jax_debug_infs`` (which jax does
 not count in it, but which make a jitted call check its outputs) must be
-off. When the context is new, the recorded options are compared one by one,
-and the verdict is kept for that context.
+off, read in one go from the output hook jax sets for them. When the
+context is new, the recorded options are compared one by one, and the
+verdict is kept for that context.
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ class Conditions:
         self._flatten = jax.tree_util.tree_flatten
         #: jax's trace context, as a C++ call: cheap enough for every call.
         self.context: Callable[[], Any] = config.trace_context
-        self.nans = config.debug_nans
-        self.infs = config.debug_infs
+        #: Truthy while jax_debug_nans or jax_debug_infs is on.
+        self.debug = _debug_state(config)
         #: The trace context that was checked last and held; the fast path
         #: compares with it (a one-element list, shared with the closures).
         self.held: list[Any] = [object()]
@@ -61,7 +62,7 @@ class Conditions:
     def configuration(self) -> Fallback | None:
         """Why the configuration now is not the trace's, or None (and then
         the fast path takes this context as checked)."""
-        if self.nans.value or self.infs.value:
+        if self.debug.value:
             return Fallback(
                 "config", "jax_debug_nans or jax_debug_infs is on: jit checks every output"
             )
@@ -96,3 +97,25 @@ class Conditions:
                     "since the build, or the program set it)",
                 )
         return None
+
+
+class _EitherDebug:
+    def __init__(self, config: Any) -> None:
+        self.nans, self.infs = config.debug_nans, config.debug_infs
+
+    @property
+    def value(self) -> bool:
+        return bool(self.nans.value or self.infs.value)
+
+
+def _debug_state(config: Any) -> Any:
+    """What says, in one read, whether jax_debug_nans or jax_debug_infs is on.
+
+    jax keeps one: the hook jit runs on every output under either option
+    (``jax._src.api._post_hook_state``, set by both options' own hooks, for
+    this thread and globally); where this jax has none, both options are read.
+    """
+    from jax._src import api
+
+    state = getattr(api, "_post_hook_state", None)
+    return state if hasattr(state, "value") else _EitherDebug(config)

@@ -102,7 +102,7 @@ class StagedFunction:
         """The function to bind: the fast path, then ``slow`` on any miss."""
         arity = len(self.guard.specs)
         conditions = self.conditions
-        gate = (conditions.context, conditions.held, conditions.nans, conditions.infs)
+        gate = (conditions.context, conditions.held, conditions.debug)
         fast = _FAST.get(arity, _fast_any)(self.table, self.slow, gate)
         if _verbose():
             fast = _logged(fast, self)
@@ -220,15 +220,15 @@ def _numpy_array() -> type:
 _MISSES = (KeyError, AttributeError, TypeError)
 #: What the fast path checks of the configuration on every call
 #: (``Conditions``): jax's trace context, the one last found to hold, and
-#: the debug_nans and debug_infs states.
-_Gate = tuple[Callable[[], Any], list[Any], Any, Any]
+#: what says whether debug_nans or debug_infs is on.
+_Gate = tuple[Callable[[], Any], list[Any], Any]
 
 
 def _fast_0(table: dict[Any, Any], slow: Callable[..., Any], gate: _Gate) -> Callable[..., Any]:
-    context, held, nans, infs = gate
+    context, held, debug = gate
 
     def staged(*args: Any, **kwargs: Any) -> Any:
-        if not kwargs and not args and context() == held[0] and not nans.value and not infs.value:
+        if not kwargs and not args and context() == held[0] and not debug.value:
             call = table.get(())
             if call is not None:
                 return call()
@@ -238,15 +238,14 @@ def _fast_0(table: dict[Any, Any], slow: Callable[..., Any], gate: _Gate) -> Cal
 
 
 def _fast_1(table: dict[Any, Any], slow: Callable[..., Any], gate: _Gate) -> Callable[..., Any]:
-    context, held, nans, infs = gate
+    context, held, debug = gate
 
     def staged(*args: Any, **kwargs: Any) -> Any:
         if (
             not kwargs
             and len(args) == 1
             and context() == held[0]
-            and not nans.value
-            and not infs.value
+            and not debug.value
         ):
             a = args[0]
             try:
@@ -262,15 +261,14 @@ def _fast_1(table: dict[Any, Any], slow: Callable[..., Any], gate: _Gate) -> Cal
 
 
 def _fast_2(table: dict[Any, Any], slow: Callable[..., Any], gate: _Gate) -> Callable[..., Any]:
-    context, held, nans, infs = gate
+    context, held, debug = gate
 
     def staged(*args: Any, **kwargs: Any) -> Any:
         if (
             not kwargs
             and len(args) == 2
             and context() == held[0]
-            and not nans.value
-            and not infs.value
+            and not debug.value
         ):
             a, b = args
             try:
@@ -292,10 +290,10 @@ def _fast_2(table: dict[Any, Any], slow: Callable[..., Any], gate: _Gate) -> Cal
 
 
 def _fast_any(table: dict[Any, Any], slow: Callable[..., Any], gate: _Gate) -> Callable[..., Any]:
-    context, held, nans, infs = gate
+    context, held, debug = gate
 
     def staged(*args: Any, **kwargs: Any) -> Any:
-        if not kwargs and context() == held[0] and not nans.value and not infs.value:
+        if not kwargs and context() == held[0] and not debug.value:
             try:
                 key: tuple[Any, ...] = ()
                 for a in args:
