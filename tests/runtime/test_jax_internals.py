@@ -76,3 +76,36 @@ def test_scalars_are_put_on_the_device_as_they_are(tmp_path: Path, monkeypatch) 
     )
     executable = ScalarExecutable(text, ["float"], name="identity")
     assert executable.call([0.1]) == (0.1, False)  # not rounded through float32
+
+
+def test_the_configuration_check_sees_what_changes_a_trace() -> None:
+    from jax._src import config
+    from ppy_runtime_pjrt.conditions import _debug_state
+
+    before = config.trace_context()
+    with jax.numpy_rank_promotion("raise"):
+        assert config.trace_context() != before
+    with jax.disable_jit():
+        assert config.trace_context() != before
+    debug = _debug_state(config)
+    assert not debug.value
+    with jax.debug_nans(True):
+        assert debug.value
+    with jax.debug_infs(True):
+        assert debug.value
+    assert not debug.value
+
+
+def test_a_loaded_executable_can_leave_its_outputs_uncommitted() -> None:
+    from jax.experimental import serialize_executable
+
+    shape = jax.ShapeDtypeStruct((3,), jnp.float32)
+    exported = jax.export.export(jax.jit(lambda x: x * 2))(shape)
+    compiled = jax.jit(exported.call).lower(shape).compile()
+    assert compiled(jnp.ones(3, jnp.float32))._committed  # as exported.call commits
+    data, in_tree, out_tree = serialize_executable.serialize(compiled)
+    device = jax.devices()[0]
+    loaded = pickled.load_compiled(
+        data, in_tree, out_tree, device.client, [device], committed=False
+    )
+    assert not loaded(jnp.ones(3, jnp.float32))._committed
