@@ -40,17 +40,23 @@ def make_project(tmp_path: Path) -> Callable[..., Path]:
     """
 
     def make(files: Mapping[str, str], pyproject: str | None = PERMISSIONS) -> Path:
-        root = tmp_path / "project"
-        root.mkdir(exist_ok=True)
-        if pyproject is not None:
-            (root / "pyproject.toml").write_text(textwrap.dedent(pyproject))
-        for name, text in files.items():
-            path = root / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(textwrap.dedent(text))
-        return root
+        return write_project(tmp_path / "project", files, pyproject)
 
     return make
+
+
+def write_project(
+    root: Path, files: Mapping[str, str], pyproject: str | None = PERMISSIONS
+) -> Path:
+    """Write ``files`` (relative path -> text, dedented) and the pyproject under ``root``."""
+    root.mkdir(parents=True, exist_ok=True)
+    if pyproject is not None:
+        (root / "pyproject.toml").write_text(textwrap.dedent(pyproject))
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
 
 
 @pytest.fixture

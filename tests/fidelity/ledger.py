@@ -8,12 +8,13 @@ the suite disagree; ``python -m tests.fidelity.ledger --write`` rewrites it.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+
+from tests import docblock
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "reliability.md"
@@ -54,24 +55,12 @@ def render() -> str:
 
 
 def current(text: str) -> str:
-    start, end = text.find(BEGIN), text.find(END)
-    return text[start : end + len(END)] if start >= 0 and end > start else ""
+    """The generated block of ``text``, markers included ("" when absent)."""
+    return docblock.current(text, BEGIN, END)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help="rewrite docs/reliability.md")
-    table = render()
-    if not parser.parse_args(argv).write:
-        print(table)
-        return 0
-    text = DOC.read_text()
-    block = current(text)
-    if not block:
-        print(f"{DOC}: no {BEGIN!r} marker to replace", file=sys.stderr)
-        return 1
-    DOC.write_text(text.replace(block, table))
-    return 0
+    return docblock.main(DOC, BEGIN, END, render, argv)
 
 
 if __name__ == "__main__":

@@ -14,12 +14,11 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.conftest import PERMISSIONS, run_ppy
+from tests.conftest import PERMISSIONS, run_ppy, write_project
 
 __all__ = ["Compared", "differential", "project"]
 
@@ -51,13 +50,7 @@ class Compared:
 
 def project(root: Path, files: Mapping[str, str], pyproject: str = PERMISSIONS) -> Path:
     """Write a project: ``files`` (dedented) and a pyproject that opts in."""
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "pyproject.toml").write_text(textwrap.dedent(pyproject))
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    return root
+    return write_project(root, files, pyproject)
 
 
 def _split(stderr: str) -> tuple[list[dict[str, object]], str]:

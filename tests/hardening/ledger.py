@@ -9,11 +9,9 @@ ran exactly that many), so the table says what the test run does.
 
 from __future__ import annotations
 
-import argparse
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
+from tests import docblock
 from tests.hardening import (
     test_artifact_fuzz as fuzz,
 )
@@ -174,25 +172,11 @@ def render() -> str:
 
 def current(text: str) -> str:
     """The generated block of ``text``, markers included ("" when absent)."""
-    start, end = text.find(BEGIN), text.find(END)
-    return text[start : end + len(END)] if start >= 0 and end > start else ""
+    return docblock.current(text, BEGIN, END)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help="rewrite docs/reliability.md")
-    args = parser.parse_args(argv)
-    table = render()
-    if not args.write:
-        print(table)
-        return 0
-    text = DOC.read_text()
-    block = current(text)
-    if not block:
-        print(f"{DOC}: no {BEGIN!r} marker to replace", file=sys.stderr)
-        return 1
-    Path(DOC).write_text(text.replace(block, table))
-    return 0
+    return docblock.main(DOC, BEGIN, END, render, argv)
 
 
 if __name__ == "__main__":
