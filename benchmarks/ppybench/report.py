@@ -81,7 +81,7 @@ def readme_section(table: str, plot: str | None) -> str:
         f"{README_START}\n"
         f"{table}\n"
         f"{image}"
-        "Regenerate with `nox -s bench` (full) or `nox -s bench -- --quick`; "
+        "Regenerate with `nox -s bench-3.11` (full) or `nox -s bench-3.11 -- --quick`; "
         "the runner rewrites this section from `benchmarks/results/latest.json`.\n"
         f"{README_END}"
     )
