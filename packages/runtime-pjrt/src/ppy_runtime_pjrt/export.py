@@ -2,15 +2,19 @@
 
 ``ExportRuntime.bind`` reads the entry's ``jax.export`` serialization, refuses
 (``NotBound``) what this process cannot run -- another platform, a calling
-convention this jax does not support, a description that disagrees with the
-export -- and returns a ``StagedFunction``.
+convention this jax does not support, an export outside this jax's
+compatibility window, a description that disagrees with the export -- and
+returns a ``StagedFunction``.
 
-A ``StagedFunction`` call costs one dict lookup on top of the executable's
-own C++ dispatch: the key is ``(type, shape, dtype)`` of each argument, and
-only signatures that ``guard.Guard`` accepted are in the dict. Everything the
-lookup needs is computed at bind time; a miss (a new shape, a Python scalar,
-a tracer, keyword arguments) takes the slow path, which either loads an
-executable for the new signature or calls the original and records why.
+A ``StagedFunction`` call costs a configuration check and one dict lookup on
+top of the executable's own C++ dispatch: jax's trace context must be one
+``conditions.Conditions`` accepted, and the key is ``(type, shape, dtype,
+weak type, committed)`` of each argument, with only signatures that
+``guard.Guard`` accepted in the dict. Everything the lookup needs is
+computed at bind time; a miss (a new shape, a Python scalar, a tracer,
+keyword arguments, a new configuration) takes the slow path, which either
+loads an executable for the new signature (once the values its trace read
+are found unchanged) or calls the original and records why.
 """
 
 from __future__ import annotations
