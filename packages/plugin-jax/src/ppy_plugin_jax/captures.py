@@ -3,8 +3,8 @@
 A trace reads module globals: directly (``W``), through a project module
 (``helper.K``), and through the project functions it calls, which read their
 own. Each is baked into the export as the value it had at build time, so
-each is recorded here as a ``Capture``: the path from the staged function to
-the value, and the value's fingerprint (``ppy.fingerprint``). The runtime
+each is recorded here as a ``ppy.kinds.Captured``: the path from the staged
+function to the value, and the value's fingerprint (``ppy.fingerprint``). The runtime
 follows the same path in the running program and compares.
 
 The paths come from the bytecode: every global a function loads
@@ -31,26 +31,15 @@ import os
 import sys
 import types
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from ppy.fingerprint import DEFAULTS, Unreadable, defaults, fingerprint, python_function
+from ppy.kinds import Captured
 
-__all__ = ["Capture", "Refused", "captures"]
+__all__ = ["Refused", "captures"]
 
 _LOADS = ("LOAD_GLOBAL", "LOAD_NAME")
 _ATTRS = ("LOAD_ATTR", "LOAD_METHOD")
-
-
-@dataclass(frozen=True)
-class Capture:
-    """One value the trace read: how to reach it, what to call it, its fingerprint."""
-
-    #: Steps from the staged function, as ``ppy.fingerprint.resolve`` follows them.
-    path: tuple[str, ...]
-    #: ``helper.K``: the module that holds it, as the build imported it, and the name.
-    name: str
-    fingerprint: str
 
 
 class Refused(Exception):
@@ -87,7 +76,7 @@ class _Scan:
         self.root = os.path.join(os.path.abspath(root), "")
         self.limit = limit
         self.flatten = flatten
-        self.found: dict[tuple[str, ...], Capture] = {}
+        self.found: dict[tuple[str, ...], Captured] = {}
         self.followed: set[types.CodeType] = set()
 
     def _in_project(self, filename: str | None) -> bool:
@@ -107,7 +96,7 @@ class _Scan:
             if strict:
                 raise Refused(name, str(error)) from None
             return
-        self.found[path] = Capture(path, name, digest)
+        self.found[path] = Captured(path, name, digest)
 
     def function(self, fn: types.FunctionType, path: tuple[str, ...]) -> None:
         if fn.__code__ in self.followed:
@@ -153,7 +142,7 @@ class _Scan:
 
 def captures(
     fn: Any, *, root: str, limit: int, flatten: Callable[[Any], Any]
-) -> tuple[Capture, ...]:
+) -> tuple[Captured, ...]:
     """Every value ``fn``'s trace can read from globals, fingerprinted; ``Refused``
     names the first that cannot be."""
     function = python_function(fn)

@@ -127,7 +127,7 @@ def _export(module: Any, function: Mapping[str, Any], request: Mapping[str, Any]
     from jax import export
     from jax._src import config as jax_config
     from ppy.jax_config import read as read_config
-    from ppy.kinds import Captured, JaxExport
+    from ppy.kinds import JaxExport
 
     from ppy_plugin_jax.captures import Refused, captures
     from ppy_plugin_jax.verify import specialized
@@ -141,6 +141,21 @@ def _export(module: Any, function: Mapping[str, Any], request: Mapping[str, Any]
         return {"ok": False, "rule": "annotation-mismatch", "reason": mismatch}
     targets = platforms or [jax.default_backend()]
     specs = _specs(function)
+    try:
+        read = captures(
+            fn,
+            root=request["root"],
+            limit=request["capture_limit"],
+            flatten=jax.tree_util.tree_flatten,
+        )
+    except Refused as refused:
+        return {
+            "ok": False,
+            "rule": "captures-runtime-value",
+            "reason": f"its trace reads {refused.name}, which ppy cannot compare at run time: "
+            f"{refused.why}",
+            "deliberate": True,
+        }
     # A 64-bit input is traced as it would be under ppy run: only with x64 on,
     # which the trace records, so the staged path is taken only then.
     wide = any(p["dtype"] in _WIDE for p in function["params"])
@@ -158,21 +173,6 @@ def _export(module: Any, function: Mapping[str, Any], request: Mapping[str, Any]
             "description claims",
             "deliberate": True,
         }
-    try:
-        read = captures(
-            fn,
-            root=request["root"],
-            limit=request["capture_limit"],
-            flatten=jax.tree_util.tree_flatten,
-        )
-    except Refused as refused:
-        return {
-            "ok": False,
-            "rule": "captures-runtime-value",
-            "reason": f"its trace reads {refused.name}, which ppy cannot compare at run time: "
-            f"{refused.why}",
-            "deliberate": True,
-        }
     contract = JaxExport(
         jax_version=jax.__version__,
         jaxlib_version=importlib.import_module("jaxlib").__version__,
@@ -183,7 +183,7 @@ def _export(module: Any, function: Mapping[str, Any], request: Mapping[str, Any]
         ),
         export=bytes(exported.serialize()),
         stablehlo=exported.mlir_module().encode("utf-8"),
-        captures=tuple(Captured(c.path, c.name, c.fingerprint) for c in read),
+        captures=read,
         trace_config=traced_under,
     )
     return {

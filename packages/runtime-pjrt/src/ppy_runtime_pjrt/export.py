@@ -245,12 +245,7 @@ def _fast_1(table: dict[Any, Any], slow: Callable[..., Any], gate: _Gate) -> Cal
     context, held, debug = gate
 
     def staged(*args: Any, **kwargs: Any) -> Any:
-        if (
-            not kwargs
-            and len(args) == 1
-            and context() == held[0]
-            and not debug.value
-        ):
+        if not kwargs and len(args) == 1 and context() == held[0] and not debug.value:
             a = args[0]
             try:
                 av = a.aval
@@ -268,12 +263,7 @@ def _fast_2(table: dict[Any, Any], slow: Callable[..., Any], gate: _Gate) -> Cal
     context, held, debug = gate
 
     def staged(*args: Any, **kwargs: Any) -> Any:
-        if (
-            not kwargs
-            and len(args) == 2
-            and context() == held[0]
-            and not debug.value
-        ):
+        if not kwargs and len(args) == 2 and context() == held[0] and not debug.value:
             a, b = args
             try:
                 av = a.aval
