@@ -179,7 +179,12 @@ class _Writer:
 
 
 def _is_array(value: Any) -> bool:
-    return hasattr(value, "__array__") and hasattr(value, "dtype") and hasattr(value, "shape")
+    return (
+        not isinstance(value, type)  # np.float32 has the attributes too
+        and hasattr(value, "__array__")
+        and hasattr(value, "dtype")
+        and hasattr(value, "shape")
+    )
 
 
 def _is_dtype(value: Any) -> bool:

@@ -1,0 +1,95 @@
+"""Fingerprints of captured values: equal content, equal print; any change, another."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import threading
+from typing import NamedTuple
+
+import numpy as np
+import pytest
+from ppy.fingerprint import Unreadable, fingerprint, resolve
+
+
+class Pair(NamedTuple):
+    a: float
+    b: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    scale: float
+    names: tuple[str, ...]
+
+
+def make_scaler(factor: float):
+    def scale(x):
+        return x * factor
+
+    return scale
+
+
+SAME = [
+    (3, 3),
+    (0.1 + 0.2, 0.30000000000000004),
+    ("relu", "relu"),
+    (np.arange(4, dtype=np.float32), np.arange(4, dtype=np.float32)),
+    ({"w": [1, 2], "b": (3,)}, {"w": [1, 2], "b": (3,)}),
+    (Pair(1.0, 2.0), Pair(1.0, 2.0)),
+    (Config(2.0, ("x",)), Config(2.0, ("x",))),
+    (make_scaler(2.0), make_scaler(2.0)),
+    (functools.partial(max, 1), functools.partial(max, 1)),
+    (np.float32, np.float32),
+]
+
+DIFFERENT = [
+    (3, 3.0),
+    (True, 1),
+    (0.0, -0.0),
+    (np.arange(4, dtype=np.float32), np.arange(4, dtype=np.float64)),
+    (np.arange(4, dtype=np.float32), np.arange(4, dtype=np.float32).reshape(2, 2)),
+    (np.zeros(3), np.array([0.0, 0.0, 1e-300])),
+    ({"w": 1, "b": 2}, {"b": 2, "w": 1}),
+    ((1.0, 2.0), Pair(1.0, 2.0)),
+    (Config(2.0, ("x",)), Config(3.0, ("x",))),
+    (make_scaler(2.0), make_scaler(3.0)),
+    ([1, 2], (1, 2)),
+]
+
+
+@pytest.mark.parametrize(("one", "other"), SAME)
+def test_equal_content_has_one_fingerprint(one: object, other: object) -> None:
+    assert fingerprint(one) == fingerprint(other)
+
+
+@pytest.mark.parametrize(("one", "other"), DIFFERENT)
+def test_any_difference_changes_the_fingerprint(one: object, other: object) -> None:
+    assert fingerprint(one) != fingerprint(other)
+
+
+def test_what_cannot_be_read_is_refused_with_a_reason() -> None:
+    with pytest.raises(Unreadable, match=r"cannot compare values of type _thread\.lock"):
+        fingerprint(threading.Lock())
+    with pytest.raises(Unreadable, match="over the 64-byte limit"):
+        fingerprint(np.zeros(100), limit=64)
+    loop: list[object] = []
+    loop.append(loop)
+    with pytest.raises(Unreadable, match="nests too deep"):
+        fingerprint(loop)
+
+
+K = 3.0
+
+
+def reads_k(x):
+    return x * K
+
+
+def test_a_path_is_followed_through_globals_and_attributes() -> None:
+    assert resolve(reads_k, ("K",)) == 3.0
+    assert resolve(reads_k, ("np", "pi")) == np.pi
+    assert resolve(reads_k, ("len",)) is len  # a builtin
+    assert resolve(make_scaler(5.0), ("<defaults>",)) == (None, None, (5.0,))
+    with pytest.raises(AttributeError):  # the program has no such name
+        resolve(reads_k, ("nothing_here",))
