@@ -38,13 +38,11 @@ x = jnp.ones((2, 4), jnp.float32)
             'jax.config.update("jax_enable_x64", True)\nprint(score(x), score(x).dtype)\n',
             "jax_enable_x64",
         ),
-        ("disable_jit", "with jax.disable_jit():\n    print(score(x))\n", "jax_disable_jit"),
         (
             "rank promotion",
             'with jax.numpy_rank_promotion("raise"):\n    print(score(x))\n',
             "jax_numpy_rank_promotion",
         ),
-        ("debug_nans", "with jax.debug_nans(True):\n    print(score(x))\n", "jax_debug_nans"),
         (
             "matmul precision",
             'with jax.default_matmul_precision("highest"):\n    print(score(x))\n',
@@ -59,8 +57,31 @@ def test_a_call_under_another_configuration_takes_the_original(
     compared = differential(root, cache=tmp_path / "c")
     assert compared.bound() == {"score"}
     reasons = [str(f["reason"]) for f in compared.fallbacks()]
-    assert [f["category"] for f in compared.fallbacks()] == ["config"], reasons
+    assert [f["category"] for f in compared.fallbacks()] == ["config"], situation
     assert option in reasons[0]
+
+
+def test_under_disable_jit_the_python_function_runs_as_with_jit(tmp_path: Path) -> None:
+    code = "with jax.disable_jit():\n    print(score(x), type(score(x)).__name__)\n"
+    root = project(tmp_path / "p", {"model.ppy": HEAD + "print(score(x))\n" + code})
+    compared = differential(root, cache=tmp_path / "c")
+    assert compared.staged_calls("score") == 1  # the first call; then op by op, as jit does
+
+
+NANS = """\
+if __name__ == "__main__":
+    with jax.debug_nans(True):
+        print(score(x))  # no NaN: served, checked as jit's outputs are
+        print(score(x * jnp.nan))
+"""
+
+
+def test_under_debug_nans_a_nan_raises_what_jit_raises(tmp_path: Path) -> None:
+    root = project(tmp_path / "p", {"model.ppy": HEAD + "print(score(x))\n" + NANS})
+    compared = differential(root, cache=tmp_path / "c")
+    assert compared.python.returncode == 1
+    assert "FloatingPointError" in compared.python.stderr
+    assert compared.bound() == {"score"}
 
 
 WIDE = """\

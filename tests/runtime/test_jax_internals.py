@@ -109,3 +109,28 @@ def test_a_loaded_executable_can_leave_its_outputs_uncommitted() -> None:
         data, in_tree, out_tree, device.client, [device], committed=False
     )
     assert not loaded(jnp.ones(3, jnp.float32))._committed
+
+
+def test_the_dispatcher_caches_by_signature_and_trace_context() -> None:
+    from ppy_runtime_pjrt.compile import dispatcher
+
+    compiled = jax.jit(lambda x: x * 2).lower(jnp.ones((3,), jnp.float32)).compile()
+    served = fast_call(compiled)
+    misses: list[int] = []
+
+    def miss(*args: object) -> object:
+        misses.append(len(args))
+        return served._cache_miss(*args)
+
+    bound = dispatcher("twice", lambda x: x * 2, miss)
+    assert bound is not None
+    x = jnp.ones((3,), jnp.float32)
+    bound(x)
+    bound(x)
+    assert len(misses) == 1  # the second call is served in C++
+    with jax.numpy_rank_promotion("raise"):
+        bound(x)
+    assert len(misses) == 2  # another trace context comes back to the miss
+    with jax.disable_jit():
+        assert np.asarray(bound(x)).tolist() == [2.0, 2.0, 2.0]
+    assert len(misses) == 2  # the Python function ran, as under jit

@@ -32,7 +32,7 @@ from ppy.cache import ExecutableCache, executable_key
 from ppy_runtime_pjrt import pickled, unstaged
 from ppy_runtime_pjrt.guard import Signature
 
-__all__ = ["Executables", "CompileRefused", "fast_call"]
+__all__ = ["CompileRefused", "Executables", "dispatcher", "fast_call"]
 
 
 class CompileRefused(Exception):
@@ -60,6 +60,37 @@ def fast_call(compiled: Any) -> Callable[..., Any]:
         return compiled  # type: ignore[no-any-return]
     call = make(params)
     return compiled if call is None else call  # type: ignore[no-any-return]
+
+
+def dispatcher(
+    name: str, function: Callable[..., Any], miss: Callable[..., Any]
+) -> Callable[..., Any] | None:
+    """jax's C++ dispatch for a function of ppy's, or None where this jax has none.
+
+    It is what ``jax.jit`` and ``Compiled`` calls go through: a cache of
+    executables keyed by each argument's type, shape, dtype, weak type,
+    sharding and commitment and by jax's trace context, filled by what
+    ``miss(*args, **kwargs)`` answers on a miss (outputs, the fast-path data
+    of the executable that computed them or None to cache nothing, False).
+    Under ``jax.disable_jit`` it calls ``function``, as jit does.
+    """
+    try:
+        from jax._src import tree_util
+        from jax._src.interpreters import pxla
+        from jax._src.lib import _jax
+
+        return _jax.pjit(  # type: ignore[no-any-return]
+            name,
+            function,
+            miss,
+            [],
+            [],
+            pxla.JitGlobalCppCacheKeys(),
+            tree_util.dispatch_registry,
+            pxla.cc_shard_arg,
+        )
+    except (ImportError, AttributeError, TypeError):
+        return None
 
 
 def _versions() -> tuple[tuple[str, str], ...]:

@@ -6,16 +6,14 @@ under (``JaxExport.trace_config``). In the running program either may
 differ: a file loaded at import changed, ``main()`` set a flag, the program
 turned on ``jax_enable_x64`` or entered ``jax.disable_jit()``.
 
-The two are checked when jax would read them. Globals are read by a trace,
-so they are compared when a new input signature would be traced: once per
-signature, in the slow path. The configuration can change between any two
-calls, so it is checked on every call, cheaply: jax's trace context (a tuple
-jax builds in C++ from every option that changes a trace) must be the one
-last checked, and ``jax_debug_nans`` and ``jax_debug_infs`` (which jax does
-not count in it, but which make a jitted call check its outputs) must be
-off, read in one go from the output hook jax sets for them. When the
-context is new, the recorded options are compared one by one, and the
-verdict is kept for that context.
+Both are checked when jax would read them: when a call reaches the
+staged function's miss, which jax's dispatcher sends it to whenever its
+signature or jax's trace context (a tuple jax builds in C++ from every option
+that changes a trace) is one it has not served. The values are fingerprinted
+again there; the options are compared one by one, once per trace context.
+``jax_debug_nans`` and ``jax_debug_infs`` are not in the trace context:
+under them a miss goes to the original, and a call the dispatcher serves is
+checked as jit checks its own, by jax's output hook.
 """
 
 from __future__ import annotations
@@ -50,18 +48,14 @@ class Conditions:
         self.trace_config = trace_config
         self._config = jax.config
         self._flatten = jax.tree_util.tree_flatten
-        #: jax's trace context, as a C++ call: cheap enough for every call.
+        #: jax's trace context: what the verdicts are kept by.
         self.context: Callable[[], Any] = config.trace_context
         #: Truthy while jax_debug_nans or jax_debug_infs is on.
         self.debug = _debug_state(config)
-        #: The trace context that was checked last and held; the fast path
-        #: compares with it (a one-element list, shared with the closures).
-        self.held: list[Any] = [object()]
         self._verdicts: dict[Any, Fallback | None] = {}
 
     def configuration(self) -> Fallback | None:
-        """Why the configuration now is not the trace's, or None (and then
-        the fast path takes this context as checked)."""
+        """Why the configuration now is not the trace's, or None."""
         if self.debug.value:
             return Fallback(
                 "config", "jax_debug_nans or jax_debug_infs is on: jit checks every output"
@@ -76,8 +70,6 @@ class Conditions:
             verdict = Fallback("config", "; ".join(changed)) if changed else None
             with contextlib.suppress(TypeError):
                 self._verdicts[context] = verdict
-        if verdict is None:
-            self.held[0] = context
         return verdict
 
     def captured(self) -> Fallback | None:

@@ -6,15 +6,12 @@ convention this jax does not support, an export outside this jax's
 compatibility window, a description that disagrees with the export -- and
 returns a ``StagedFunction``.
 
-A ``StagedFunction`` call costs a configuration check and one dict lookup on
-top of the executable's own C++ dispatch: jax's trace context must be one
-``conditions.Conditions`` accepted, and the key is ``(type, shape, dtype,
-weak type, committed)`` of each argument, with only signatures that
-``guard.Guard`` accepted in the dict. Everything the lookup needs is
-computed at bind time; a miss (a new shape, a Python scalar, a tracer,
-keyword arguments, a new configuration) takes the slow path, which either
-loads an executable for the new signature (once the values its trace read
-are found unchanged) or calls the original and records why.
+A ``StagedFunction`` is bound as a dispatcher of jax's own: a call of a
+signature and configuration it has served before costs what a jitted call
+costs, in C++. Anything else reaches ``StagedFunction.miss``: the
+configuration is checked (``conditions.Conditions``), then the arguments
+(``guard.Guard``), then the values the trace read; then an executable is
+loaded for the signature, or the original is called and the reason recorded.
 """
 
 from __future__ import annotations
@@ -25,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ppy.entry import Entry
+from ppy.fingerprint import python_function
 from ppy.jax_window import outside_window
 from ppy.kinds import JaxExport, KindError
 from ppy.runtime import ORIGINAL, NotBound
@@ -63,12 +61,18 @@ class CallStats:
 
 
 class StagedFunction:
-    """The state behind one bound function: its guard, executables and stats.
+    """The state behind one bound function: its guard, conditions, executables and stats.
 
-    What is bound in the original's place is ``StagedFunction.callable()``, a
-    plain function specialised for the entry's arity, because a Python-level
-    ``__call__`` on an instance costs more than the guard itself. Calling the
-    instance works too (the generic path); tests and tools may use either.
+    What is bound in the original's place is ``StagedFunction.callable()``:
+    a dispatcher of jax's own (``compile.dispatcher``), the C++ function a
+    jitted call goes through, with ``miss`` as what it calls for any call it
+    has not cached. jax keys that cache by each argument's type, shape,
+    dtype, weak type, sharding and commitment, and by its trace context (the
+    configuration that changes a trace), so a call of a signature and a
+    configuration ``miss`` once staged costs what a jitted call costs, and
+    anything new comes back to ``miss``: a fallback is never cached, and
+    goes to the original every time. Calling the instance works too (the
+    Python path, ``slow``); tests and tools may use either.
     """
 
     def __init__(
@@ -87,12 +91,8 @@ class StagedFunction:
         self.loader = loader
         self.module = module
         self.qualname = qualname
-        #: ``_key(args)`` -> the executable's call, for accepted signatures only.
-        self.table: dict[tuple[Any, ...], Callable[..., Any]] = {}
-        #: Concrete signature -> call, shared by ndarray and jax.Array keys.
+        #: Concrete signature -> the executable's call.
         self.executables: dict[Signature, Callable[..., Any]] = {}
-        #: Keys the guard refused, so a repeated fallback does not re-check.
-        self.rejected: dict[tuple[Any, ...], Fallback] = {}
         self.seen: set[str] = set()
         self.stats = CallStats()
 
@@ -103,59 +103,68 @@ class StagedFunction:
         return self.slow(args, kwargs)
 
     def callable(self) -> Callable[..., Any]:
-        """The function to bind: the fast path, then ``slow`` on any miss."""
-        arity = len(self.guard.specs)
-        conditions = self.conditions
-        gate = (conditions.context, conditions.held, conditions.debug)
-        fast = _FAST.get(arity, _fast_any)(self.table, self.slow, gate)
+        """The function to bind in the original's place."""
+        from ppy_runtime_pjrt.compile import dispatcher
+
+        function = python_function(self.original) or self.original
+        # Under jax.disable_jit the dispatcher calls ``function``, as jit does.
+        bound = dispatcher(self.qualname, function, self.miss)
+        if bound is None:  # a jax without the dispatcher: the Python path
+
+            def bound(*args: Any, **kwargs: Any) -> Any:
+                return self.slow(args, kwargs)
+
         if _verbose():
-            fast = _logged(fast, self)
-        functools.update_wrapper(fast, self.original)
+            bound = _logged(bound, self)
+        functools.update_wrapper(bound, self.original)
         # As jax's own: ``score.__wrapped__`` is the Python function jit wraps.
-        fast.__wrapped__ = getattr(self.original, "__wrapped__", self.original)  # type: ignore[attr-defined]
+        bound.__wrapped__ = function  # type: ignore[attr-defined]
         for name in _FORWARDED:
             value = getattr(self.original, name, None)
             if value is not None:
-                setattr(fast, name, value)
-        fast.ppy_stats = self.stats  # type: ignore[attr-defined]
-        fast.ppy_staged = self  # type: ignore[attr-defined]
-        setattr(fast, ORIGINAL, self.original)
-        return fast
+                setattr(bound, name, value)
+        bound.ppy_stats = self.stats  # type: ignore[attr-defined]
+        bound.ppy_staged = self  # type: ignore[attr-defined]
+        setattr(bound, ORIGINAL, self.original)
+        return bound
 
-    def slow(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """A call the table did not serve: a new signature, a configuration
-        not yet checked, or a fallback."""
+    def route(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[..., Any] | Fallback:
+        """What serves this call: a staged executable, or why the original does."""
         configured = self.conditions.configuration()
         if configured is not None:
-            return self._fall_back(configured, args, kwargs)
-        key = None if kwargs else _key(args)
-        if key is not None:
-            call = self.table.get(key)
-            if call is not None:  # a NumPy array of a known signature
-                return call(*args)
-            verdict = self.rejected.get(key)
-            if verdict is not None:
-                return self._fall_back(verdict, args, kwargs)
+            return configured
         checked = self.guard.check(args, kwargs)
-        if not isinstance(checked, Fallback):
-            call_or_fallback = self._executable(checked)
-            if not isinstance(call_or_fallback, Fallback):
-                if key is not None:
-                    self.table[key] = call_or_fallback
-                return call_or_fallback(*args)
-            checked = call_or_fallback
-        if key is not None and checked.category != "tracer":
-            self.rejected[key] = checked
-        return self._fall_back(checked, args, kwargs)
+        if isinstance(checked, Fallback):
+            return checked
+        return self._executable(checked)
+
+    def slow(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A call through Python: routed, then served."""
+        route = self.route(args, kwargs)
+        if isinstance(route, Fallback):
+            return self._fall_back(route, args, kwargs)
+        return route(*args)
+
+    def miss(self, *args: Any, **kwargs: Any) -> tuple[Any, Any, bool]:
+        """A call jax's dispatcher had not cached: (outputs, what to cache
+        for its signature or None, False), as jax's own misses answer."""
+        route = self.route(args, kwargs)
+        if isinstance(route, Fallback):
+            return self._fall_back(route, args, kwargs), None, False
+        jax_miss = getattr(route, "_cache_miss", None)
+        if jax_miss is None:  # a Compiled with no C++ call of its own
+            return route(*args), None, False
+        return jax_miss(*args)  # type: ignore[no-any-return]
 
     def _executable(self, signature: Signature) -> Callable[..., Any] | Fallback:
-        call = self.executables.get(signature)
-        if call is not None:
-            return call
-        # Where jit would trace this signature, and read the globals now.
+        # Where jit would trace (a new signature or configuration), and read
+        # the globals again.
         captured = self.conditions.captured()
         if captured is not None:
             return captured
+        call = self.executables.get(signature)
+        if call is not None:
+            return call
         from ppy_runtime_pjrt.compile import CompileRefused
 
         try:
@@ -186,126 +195,6 @@ class StagedFunction:
 _FORWARDED = ("lower", "trace", "eval_shape", "clear_cache")
 
 
-def _key(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
-    """The table key of ``args`` as the fast path builds it; None if unkeyable.
-
-    A ``jax.Array`` is keyed by its aval's shape, dtype and weak type (one C
-    attribute read instead of two Python properties) and whether it is
-    committed to a device; a NumPy array by its shape and dtype. The type is
-    part of the key, so a tracer, whose aval may be the same, never matches.
-    """
-    key: list[Any] = []
-    for a in args:
-        kind = type(a)
-        aval = getattr(a, "aval", None)
-        if aval is not None:
-            key += (kind, aval.shape, aval.dtype, aval.weak_type, getattr(a, "_committed", False))
-        elif isinstance(a, _numpy_array()):
-            key += (kind, a.shape, a.dtype, False, False)
-        else:
-            return None
-    try:
-        hash(tuple(key))
-    except TypeError:
-        return None
-    return tuple(key)
-
-
-def _numpy_array() -> type:
-    import numpy
-
-    return numpy.ndarray
-
-
-# The fast paths. Each reads one aval per argument and looks the key up;
-# anything unexpected (no aval, unhashable, not in the table) goes to
-# ``slow`` outside the ``except`` so the original's errors carry no context.
-
-_MISSES = (KeyError, AttributeError, TypeError)
-#: What the fast path checks of the configuration on every call
-#: (``Conditions``): jax's trace context, the one last found to hold, and
-#: what says whether debug_nans or debug_infs is on.
-_Gate = tuple[Callable[[], Any], list[Any], Any]
-
-
-def _fast_0(table: dict[Any, Any], slow: Callable[..., Any], gate: _Gate) -> Callable[..., Any]:
-    context, held, debug = gate
-
-    def staged(*args: Any, **kwargs: Any) -> Any:
-        if not kwargs and not args and context() == held[0] and not debug.value:
-            call = table.get(())
-            if call is not None:
-                return call()
-        return slow(args, kwargs)
-
-    return staged
-
-
-def _fast_1(table: dict[Any, Any], slow: Callable[..., Any], gate: _Gate) -> Callable[..., Any]:
-    context, held, debug = gate
-
-    def staged(*args: Any, **kwargs: Any) -> Any:
-        if not kwargs and len(args) == 1 and context() == held[0] and not debug.value:
-            a = args[0]
-            try:
-                av = a.aval
-                call = table[(type(a), av.shape, av.dtype, av.weak_type, a._committed)]
-            except _MISSES:
-                pass
-            else:
-                return call(a)
-        return slow(args, kwargs)
-
-    return staged
-
-
-def _fast_2(table: dict[Any, Any], slow: Callable[..., Any], gate: _Gate) -> Callable[..., Any]:
-    context, held, debug = gate
-
-    def staged(*args: Any, **kwargs: Any) -> Any:
-        if not kwargs and len(args) == 2 and context() == held[0] and not debug.value:
-            a, b = args
-            try:
-                av = a.aval
-                bv = b.aval
-                call = table[
-                    (
-                        type(a), av.shape, av.dtype, av.weak_type, a._committed,
-                        type(b), bv.shape, bv.dtype, bv.weak_type, b._committed,
-                    )
-                ]  # fmt: skip
-            except _MISSES:
-                pass
-            else:
-                return call(a, b)
-        return slow(args, kwargs)
-
-    return staged
-
-
-def _fast_any(table: dict[Any, Any], slow: Callable[..., Any], gate: _Gate) -> Callable[..., Any]:
-    context, held, debug = gate
-
-    def staged(*args: Any, **kwargs: Any) -> Any:
-        if not kwargs and context() == held[0] and not debug.value:
-            try:
-                key: tuple[Any, ...] = ()
-                for a in args:
-                    av = a.aval
-                    key += (type(a), av.shape, av.dtype, av.weak_type, a._committed)
-                call = table[key]
-            except _MISSES:
-                pass
-            else:
-                return call(*args)
-        return slow(args, kwargs)
-
-    return staged
-
-
-_FAST = {0: _fast_0, 1: _fast_1, 2: _fast_2}
-
-
 def _logged(fast: Callable[..., Any], staged: StagedFunction) -> Callable[..., Any]:
     """Under ``-v``: the same, and every call's path is logged (``run.call``)."""
     counts = staged.stats.fallbacks
@@ -313,7 +202,8 @@ def _logged(fast: Callable[..., Any], staged: StagedFunction) -> Callable[..., A
     def staged_verbose(*args: Any, **kwargs: Any) -> Any:
         before = sum(counts.values())
         result = fast(*args, **kwargs)
-        path = "original" if sum(counts.values()) > before else "staged"
+        original = sum(counts.values()) > before or _jit_disabled()
+        path = "original" if original else "staged"
         _log().info("run.call", module=staged.module, function=staged.qualname, path=path)
         return result
 
@@ -324,6 +214,13 @@ def _jaxlib_version() -> str:
     import jaxlib
 
     return str(jaxlib.__version__)
+
+
+def _jit_disabled() -> bool:
+    """Under jax.disable_jit the dispatcher runs the Python function, as jit does."""
+    import jax
+
+    return bool(jax.config.jax_disable_jit)
 
 
 def _platform_reason(entry: Entry, exported: Any) -> str | None:
