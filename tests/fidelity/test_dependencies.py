@@ -1,4 +1,6 @@
-"""A project module the staged module imports, edited after the build."""
+"""A project module the staged module imports (a .ppy module, or a plain .py one), edited
+after the build.
+"""
 
 from __future__ import annotations
 
@@ -69,3 +71,21 @@ def test_ppy_run_rebuilds_after_an_imported_module_changed(tmp_path: Path) -> No
         "pkg/helper.ppy changed since the build"
     ]
     assert again.staged_calls("score") == 1 and "[16. 16.]" in again.python.stdout
+
+
+def test_an_edited_plain_python_helper_takes_the_original(tmp_path: Path) -> None:
+    root = project(
+        tmp_path / "p",
+        {
+            "model.ppy": MODEL,
+            "pkg/__init__.py": "",
+            "pkg/helper.py": "def scale(x):\n    return x * 3\n",
+        },
+    )
+    first = differential(root, cache=tmp_path / "c")
+    assert first.staged_calls("score") == 1
+    (root / "pkg" / "helper.py").write_text("def scale(x):\n    return x * 4\n")
+    again = differential(root, cache=tmp_path / "c", build=False)
+    assert "[16. 16.]" in again.python.stdout
+    (fallback,) = again.fallbacks()
+    assert fallback["category"] == "captured" and "helper.scale" in str(fallback["reason"])

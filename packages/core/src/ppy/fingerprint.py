@@ -215,14 +215,24 @@ def python_function(value: Any) -> types.FunctionType | None:
 
 
 def defaults(fn: types.FunctionType) -> tuple[Any, ...]:
-    """What a function holds besides its code: defaults and closed-over values."""
+    """What a function holds besides its globals: its code, defaults and
+    closed-over values. The code counts for a project function the staged
+    one calls: one in a plain ``.py`` module can change with no ``.ppy``
+    source changing."""
     closure = []
     for cell in fn.__closure__ or ():
         try:
             closure.append(cell.cell_contents)
         except ValueError:  # an empty cell: a name assigned later
             closure.append(None)
-    return (fn.__defaults__, fn.__kwdefaults__, tuple(closure))
+    return (_code(fn.__code__), fn.__defaults__, fn.__kwdefaults__, tuple(closure))
+
+
+def _code(code: types.CodeType) -> tuple[Any, ...]:
+    """A code object as plain data: its bytecode, names and constants, nested
+    code included (the same source compiled by the same Python gives the same)."""
+    constants = tuple(_code(c) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    return (code.co_code, code.co_names, code.co_varnames, constants)
 
 
 def resolve(start: Any, path: tuple[str, ...]) -> Any:
