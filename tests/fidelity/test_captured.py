@@ -184,3 +184,34 @@ print(locked(jnp.ones((2, 4))), heavy(jnp.ones((2, 4))))
     decisions = read_artifact(root / ".ppy" / "artifact.ppyz").decisions
     assert {d.rule for d in decisions} == {"captures-runtime-value"}
     assert differential(root, cache=tmp_path / "c", build=False).bound() == set()
+
+
+def test_a_trace_that_reads_the_clock_or_the_environment_stays_or_is_compared(
+    tmp_path: Path,
+) -> None:
+    root = project(
+        tmp_path / "p",
+        {
+            "model.ppy": HEAD
+            + """
+import os
+import time
+
+@jax.jit
+def stamped(x: Batch) -> jax.Array:
+    return x.sum(axis=-1) + (time.time() > 0)
+
+@jax.jit
+def configured(x: Batch) -> jax.Array:
+    return x.sum(axis=-1) * float(os.environ.get("SCALE", "1"))
+
+print(stamped(jnp.ones((2, 4))), configured(jnp.ones((2, 4))))
+"""
+        },
+    )
+    built = _build(root, tmp_path / "c")
+    line = next(ln for ln in built.splitlines() if " stamped " in ln)
+    assert " stays " in line and "model.time.time" in line, built
+    compared = differential(root, cache=tmp_path / "c", build=False, env={"SCALE": "3"})
+    (fallback,) = compared.fallbacks()  # the build's environment is not the program's
+    assert fallback["category"] == "captured" and "os.environ" in str(fallback["reason"])

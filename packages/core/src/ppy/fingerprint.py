@@ -120,6 +120,9 @@ class _Writer:
                 self.write(item, depth + 1)
         elif isinstance(value, dict) and kind is dict:
             self.mapping(value, depth)
+        elif isinstance(value, Mapping):  # os.environ: its items, in key order
+            self.text("mapping", _name(kind))
+            self.mapping(dict(sorted(value.items())), depth)
         elif isinstance(value, frozenset | set) and kind in (frozenset, set):
             items = sorted(fingerprint(v, limit=self.limit, flatten=self.flatten) for v in value)
             self.text(kind.__name__, *items)

@@ -17,7 +17,9 @@ inner functions). What is followed, and what is recorded:
 - a project function, jitted or not: followed into, its globals read in turn
   (its defaults and closure are recorded);
 - a library module (``jnp``, ``math``, ``os``): the data attributes read from
-  it (``math.pi``, ``sys.argv``); its functions and classes by name;
+  it (``math.pi``, ``sys.argv``); its functions and classes by name, except
+  that a call into ``IMPURE`` (``time.time()``, ``random.random()``,
+  ``os.getenv()``) refuses the export;
 - anything else: recorded whole.
 
 A global with no fingerprint (an open file, an object of an unknown class)
@@ -38,6 +40,11 @@ from ppy.kinds import Captured
 
 __all__ = ["Refused", "captures"]
 
+#: Library modules whose functions answer anew in each process: a trace
+#: that calls one froze the build's answer. ``numpy.random`` by full name.
+IMPURE = frozenset(
+    {"time", "random", "os", "datetime", "uuid", "secrets", "socket", "numpy.random"}
+)
 _LOADS = ("LOAD_GLOBAL", "LOAD_NAME")
 _ATTRS = ("LOAD_ATTR", "LOAD_METHOD")
 
@@ -124,6 +131,13 @@ class _Scan:
                 self.value(inner, (*path, attrs[0]), f"{name}.{attrs[0]}", attrs[1:])
             elif not callable(inner):  # a library's data: math.pi, sys.argv
                 self.record((*path, attrs[0]), f"{name}.{attrs[0]}", inner, strict=False)
+            elif value.__name__.partition(".")[0] in IMPURE or value.__name__ in IMPURE:
+                raise Refused(
+                    f"{name}.{attrs[0]}",
+                    "it is called while tracing and answers anew in each process (the "
+                    "clock, randomness, the environment); the export would keep the build's "
+                    "answer",
+                )
             return
         fn = python_function(value)
         if fn is not None and self._in_project(fn.__code__.co_filename):
