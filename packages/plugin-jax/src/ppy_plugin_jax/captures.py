@@ -18,8 +18,8 @@ inner functions). What is followed, and what is recorded:
   (its defaults and closure are recorded);
 - a library module (``jnp``, ``math``, ``os``): the data attributes read from
   it (``math.pi``, ``sys.argv``); its functions and classes by name, except
-  that a call into ``IMPURE`` (``time.time()``, ``random.random()``,
-  ``os.getenv()``) refuses the export;
+  that a call into ``IMPURE`` (``time.time()``, ``random.random()``)
+  refuses the export;
 - anything else: recorded whole.
 
 A global with no fingerprint (an open file, an object of an unknown class)
@@ -40,11 +40,10 @@ from ppy.kinds import Captured
 
 __all__ = ["Refused", "captures"]
 
-#: Library modules whose functions answer anew in each process: a trace
-#: that calls one froze the build's answer. ``numpy.random`` by full name.
-IMPURE = frozenset(
-    {"time", "random", "os", "datetime", "uuid", "secrets", "socket", "numpy.random"}
-)
+#: Library modules whose functions answer anew in each process (the clock,
+#: randomness): a trace that calls one froze the build's answer.
+#: ``numpy.random`` by its full name.
+IMPURE = frozenset({"time", "random", "datetime", "uuid", "secrets", "numpy.random"})
 _LOADS = ("LOAD_GLOBAL", "LOAD_NAME")
 _ATTRS = ("LOAD_ATTR", "LOAD_METHOD")
 
@@ -135,8 +134,7 @@ class _Scan:
                 raise Refused(
                     f"{name}.{attrs[0]}",
                     "it is called while tracing and answers anew in each process (the "
-                    "clock, randomness, the environment); the export would keep the build's "
-                    "answer",
+                    "clock, randomness); the export would keep the build's answer",
                 )
             return
         fn = python_function(value)

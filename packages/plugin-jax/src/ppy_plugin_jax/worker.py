@@ -152,7 +152,7 @@ def _export(module: Any, function: Mapping[str, Any], request: Mapping[str, Any]
         return {
             "ok": False,
             "rule": "captures-runtime-value",
-            "reason": f"its trace reads {refused.name}, which ppy cannot compare at run time: "
+            "reason": f"its trace uses {refused.name}, which ppy cannot compare at run time: "
             f"{refused.why}",
             "deliberate": True,
         }
