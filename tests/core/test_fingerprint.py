@@ -93,3 +93,17 @@ def test_a_path_is_followed_through_globals_and_attributes() -> None:
     assert resolve(make_scaler(5.0), ("<defaults>",))[1:] == (None, None, (5.0,))
     with pytest.raises(AttributeError):  # the program has no such name
         resolve(reads_k, ("nothing_here",))
+
+
+def test_a_stateless_instance_is_read_with_its_class_data() -> None:
+    class Sentinel:
+        def __repr__(self) -> str:
+            return "Missing"
+
+    class Config:
+        scale = 2.0
+
+    assert fingerprint(Sentinel()) == fingerprint(Sentinel())
+    before = fingerprint(Config())
+    Config.scale = 3.0
+    assert fingerprint(Config()) != before

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import operator
+import re
 import subprocess
 import sys
 import textwrap
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 from ppy.artifact import Artifact, ModuleRecord, read_artifact, write_artifact
 from ppy.entry import Entry
-from ppy.kinds import Captured, JaxExport, KindError, XlaScalar
+from ppy.kinds import Captured, JaxExport, KindError, Variant, XlaScalar
 from ppy.spec import TensorSpec
 
 PACKAGES = Path(__file__).resolve().parents[2] / "packages"
@@ -35,14 +36,29 @@ SCALAR = XlaScalar(
     plugin_version="0.1.0",
     stablehlo=b"module @m {}\n",
 )
+
+
+def _variant(training: bool) -> Variant:
+    return Variant(
+        static={"training": training},
+        in_tree="sha256:" + "1" * 64,
+        out_tree={"tuple": ["*", {"input": [0]}]},
+        inputs=(TensorSpec(("B", 4), "float32", "x"),),
+        outputs=(TensorSpec(("B",), "float32"),),
+        calling_convention_version=9,
+        nr_devices=1,
+        uses_shape_polymorphism=True,
+        export=bytes(range(256)) + bytes([training]),
+        stablehlo=f"module @jit_score_{training} {{}}\n".encode(),
+    )
+
+
 EXPORT = JaxExport(
     jax_version="0.10.2",
     jaxlib_version="0.10.2",
-    calling_convention_version=9,
-    nr_devices=1,
-    uses_shape_polymorphism=True,
-    export=bytes(range(256)),
-    stablehlo=b"module @jit_score {}\n",
+    traced=("x",),
+    static=("training",),
+    variants=(_variant(False), _variant(True)),
     captures=(Captured(("helper", "K"), "helper.K", "sha256:" + "0" * 64),),
     trace_config={"jax_enable_x64": "False"},
 )
@@ -90,25 +106,33 @@ def test_the_manifest_fields_are_the_documented_ones() -> None:
     }
     assert set(EXPORT.to_metadata()) == {
         "calling_convention",
-        "calling_convention_version",
         "captures",
         "trace_config",
         "in_shardings",
         "jax_version",
         "jaxlib_version",
-        "nr_devices",
-        "uses_shape_polymorphism",
+        "traced",
+        "static",
+        "variants",
     }
     assert tuple(SCALAR.to_payload()) == XlaScalar.MEMBERS
-    assert tuple(EXPORT.to_payload()) == JaxExport.MEMBERS
+    assert tuple(EXPORT.to_payload()) == (*JaxExport.MEMBERS, "export.1", "stablehlo.1")
     docs = (PACKAGES.parent / "docs" / "kinds.md").read_text()
+    variant_fields = EXPORT.to_metadata()["variants"][0]
     for contract in (SCALAR, EXPORT):
         for name in [*contract.to_metadata(), *contract.MEMBERS]:
             assert f"`{name}`" in docs, f"docs/kinds.md does not describe {name}"
+    for name in variant_fields:
+        assert f"`{name}`" in docs, f"docs/kinds.md does not describe a variant's {name}"
 
 
-def _broken(entry: Entry, *, drop: str = "", **metadata: Any) -> Entry:
+def _broken(
+    entry: Entry, *, drop: str = "", variant: dict[str, Any] | None = None, **metadata: Any
+) -> Entry:
     fields = {k: v for k, v in {**entry.metadata, **metadata}.items() if k != drop}
+    if variant is not None:
+        first, *rest = fields["variants"]
+        fields["variants"] = [{**first, **variant}, *rest]
     return dataclasses.replace(entry, metadata=fields)
 
 
@@ -140,9 +164,19 @@ def test_a_malformed_scalar_entry_names_its_field(
     [
         ({"calling_convention": True}, "metadata.calling_convention"),
         ({"drop": "jaxlib_version"}, "metadata.jaxlib_version"),
-        ({"calling_convention_version": "9"}, "metadata.calling_convention_version"),
-        ({"nr_devices": False}, "metadata.nr_devices"),
-        ({"uses_shape_polymorphism": 1}, "metadata.uses_shape_polymorphism"),
+        (
+            {"variant": {"calling_convention_version": "9"}},
+            "metadata.variants[0].calling_convention_version",
+        ),
+        ({"variant": {"nr_devices": False}}, "metadata.variants[0].nr_devices"),
+        (
+            {"variant": {"uses_shape_polymorphism": 1}},
+            "metadata.variants[0].uses_shape_polymorphism",
+        ),
+        ({"variant": {"static": {}}}, "metadata.variants[0].static"),
+        ({"variant": {"inputs": [{"dims": "B"}]}}, "metadata.variants[0].inputs"),
+        ({"variants": []}, "metadata.variants"),
+        ({"drop": "traced"}, "metadata.traced"),
         ({"in_shardings": "sharded"}, "metadata.in_shardings"),
         ({"calling_convention": 1}, "metadata.calling_convention"),
         ({"drop": "captures"}, "metadata.captures"),
@@ -152,7 +186,7 @@ def test_a_malformed_scalar_entry_names_its_field(
     ],
 )
 def test_a_malformed_export_entry_names_its_field(change: dict[str, Any], field: str) -> None:
-    with pytest.raises(KindError, match=f"^jax.export entry: {field} ") as caught:
+    with pytest.raises(KindError, match=f"^jax.export entry: {re.escape(field)} ") as caught:
         JaxExport.read(_broken(entry_of(EXPORT, "score"), **change))
     assert caught.value.field == field
 

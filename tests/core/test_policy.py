@@ -200,7 +200,9 @@ def test_missing_shape_names_the_parameter(tmp_path: Path) -> None:
     decision = decide_one(source, config_for(tmp_path), FakePlugin(), name="pair")
     assert decision.rule == "missing-shape"
     assert decision.reason == ("parameter 'y' has no ppy.Shape; the trace needs each input's dims")
-    assert decision.remedy is not None and decision.remedy.endswith(": y")
+    assert decision.remedy is not None and decision.remedy.startswith(
+        "annotate y as Annotated[jax.Array, ppy.Shape(...), ppy.DType(...)]"
+    )
     assert check(decision, "missing-dtype").passed
     assert decision.signature == "pair(x: float32[B,4], y: int32[?])"
 
@@ -210,13 +212,14 @@ def test_missing_dtype_names_every_parameter(tmp_path: Path) -> None:
     source += "    return x\n"
     decision = decide_one(source, config_for(tmp_path), FakePlugin(), name="pair")
     assert decision.rule == "missing-shape"
-    assert "parameter 'y' has no ppy.Shape" in decision.reason
+    # A keyword-only parameter is an input too: it can be passed by name.
+    assert "parameters 'y', 'k' are not described" in decision.reason
     dtype = check(decision, "missing-dtype")
     assert not dtype.passed
     assert dtype.detail == (
-        "parameters 'x', 'y' have no ppy.DType; the trace needs each input's element type"
+        "parameters 'x', 'y', 'k' have no ppy.DType; the trace needs each input's element type"
     )
-    assert decision.signature == "pair(x: ?[3], y: ?)"
+    assert decision.signature == "pair(x: ?[3], y: ?, k: ?)"
 
 
 def test_missing_dtype_decides_when_shapes_are_there(tmp_path: Path) -> None:

@@ -7,13 +7,15 @@ the ``Entry`` a build would have written.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import jaxlib
 from ppy.entry import Entry
-from ppy.kinds import JaxExport
+from ppy.kinds import JaxExport, Variant
+from ppy.pytrees import recipe, structure
 from ppy.spec import Dim, TensorSpec
 
 
@@ -38,27 +40,55 @@ def make_entry(
     qualname: str | None = None,
     platforms: Sequence[str] | None = None,
 ) -> Entry:
-    """Export ``function`` (jitted) for ``inputs`` and describe it as an entry."""
+    """Export ``function`` (jitted) for ``inputs`` and describe it as an entry.
+
+    As the jax plugin's worker does: the export takes the inputs' leaves
+    and returns the output's leaves, and the entry says what tree they make.
+    """
     jitted = function if hasattr(function, "lower") else jax.jit(function)
-    exported = jax.export.export(jitted, platforms=platforms)(*shape_structs(inputs))
+    python = inspect.unwrap(function)
+    names = list(inspect.signature(python).parameters)[: len(inputs)]
+    leaves = shape_structs(inputs)
+    in_tree = jax.tree_util.tree_structure(tuple(leaves))
+    out_trees = []
+
+    def flat(*args: Any) -> Any:
+        out_leaves, out_tree = jax.tree_util.tree_flatten(jitted(*args))
+        out_trees.append(out_tree)
+        return out_leaves
+
+    exported = jax.export.export(jax.jit(flat), platforms=platforms)(*leaves)
     outputs = tuple(
         TensorSpec(tuple(d if isinstance(d, int) else str(d) for d in a.shape), str(a.dtype))
         for a in exported.out_avals
     )
-    contract = JaxExport(
-        jax_version=jax.__version__,
-        jaxlib_version=jaxlib.__version__,
+    named = tuple(
+        TensorSpec(s.dims, s.dtype, s.name or name) for s, name in zip(inputs, names, strict=True)
+    )
+    variant = Variant(
+        static={},
+        in_tree=structure(in_tree),
+        out_tree=recipe(out_trees[0], in_tree),
+        inputs=named,
+        outputs=outputs,
         calling_convention_version=exported.calling_convention_version,
         nr_devices=exported.nr_devices,
         uses_shape_polymorphism=any(isinstance(d, str) for s in inputs for d in s.dims),
         export=bytes(exported.serialize()),
         stablehlo=exported.mlir_module().encode(),
     )
+    contract = JaxExport(
+        jax_version=jax.__version__,
+        jaxlib_version=jaxlib.__version__,
+        traced=tuple(names),
+        static=(),
+        variants=(variant,),
+    )
     return Entry(
         module=module,
         qualname=qualname or function.__name__,
         kind=JaxExport.KIND,
-        inputs=tuple(inputs),
+        inputs=named,
         outputs=outputs,
         platforms=tuple(exported.platforms),
         payload=contract.to_payload(),

@@ -1,4 +1,4 @@
-"""The annotation model: ``ppy.Shape`` and ``ppy.DType``.
+"""The annotation model: ``ppy.Shape``, ``ppy.DType`` and ``ppy.Like``.
 
 They are metadata inside ``typing.Annotated`` and do nothing at run time; the
 build reads them from the source (see ``ppy.discovery``), and the jax plugin's
@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from typing import Final
 
-__all__ = ["DTYPE_NAMES", "DType", "Shape", "check_dim", "check_dtype"]
+__all__ = ["DTYPE_NAMES", "DType", "Like", "Shape", "check_dim", "check_dtype"]
 
 #: Element types a staged input may have, spelled as numpy/jax name them.
 DTYPE_NAMES: Final[frozenset[str]] = frozenset(
@@ -151,3 +151,49 @@ class DType:
 
     def __hash__(self) -> int:
         return hash(("DType", self.name))
+
+
+class Like:
+    """A pytree input described by an example: ``ppy.Like(example_params)``.
+
+    ``target`` is a module-level function of no arguments that builds a value
+    of the input's structure, shapes and dtypes (``model.init(key, x)``,
+    ``opt.init(params)``), or its name as a string. The build evaluates it
+    abstractly (``jax.eval_shape``): no FLOPs and no memory are spent, and
+    the tree of shapes and dtypes it gives is the description.
+    """
+
+    __slots__ = ("target",)
+    target: object
+
+    def __init__(self, target: object) -> None:
+        if isinstance(target, str):
+            if not target.isidentifier():
+                raise ValueError(
+                    f"ppy.Like: {target!r} is not a name; give the example function "
+                    "itself, or its name as written at module level"
+                )
+        elif not callable(target):
+            raise ValueError(
+                f"ppy.Like: {target!r} is a {type(target).__name__}; give a module-level "
+                "function of no arguments that builds an example value"
+            )
+        object.__setattr__(self, "target", target)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("ppy.Like is immutable")
+
+    @property
+    def name(self) -> str:
+        """The example function's name, as the source says it."""
+        target = self.target
+        return target if isinstance(target, str) else getattr(target, "__name__", repr(target))
+
+    def __repr__(self) -> str:
+        return f"ppy.Like({self.name})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Like) and other.target == self.target
+
+    def __hash__(self) -> int:
+        return hash(("Like", self.name))

@@ -6,6 +6,13 @@ be imported (runtime-only installs, ``build-execution = "deny"``). Names are
 resolved through the module's own imports, so ``import jax as j; @j.jit`` and
 ``from jax import jit`` both read as ``jax.jit``; annotations are followed
 through module-level aliases such as ``Batch = Annotated[...]``.
+
+Four descriptions of an input are read: ``ppy.Shape``/``ppy.DType`` inside
+``Annotated``; a jaxtyping annotation (``Float32[Array, "B 4"]``, read as
+text: jaxtyping is never imported); ``ppy.Like(example)``; and a class
+whose annotated fields are themselves described (a ``NamedTuple``, a
+``TypedDict`` or a dataclass), which ``ModuleInfo.classes`` records. A
+static parameter annotated ``bool`` or ``Literal[...]`` has its values read.
 """
 
 from __future__ import annotations
@@ -17,12 +24,13 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 from ppy.annotations import check_dim, check_dtype
 from ppy.layout import module_name
 from ppy.source import (
     ArraySpec,
+    ClassInfo,
     Decorator,
     Differentiation,
     FunctionInfo,
@@ -53,7 +61,66 @@ _PARTIAL: Final = frozenset({"functools.partial"})
 _ANNOTATED: Final = frozenset({"typing.Annotated", "typing_extensions.Annotated"})
 _SHAPE: Final = frozenset({"ppy.Shape", "ppy.annotations.Shape"})
 _DTYPE: Final = frozenset({"ppy.DType", "ppy.annotations.DType"})
+_LIKE: Final = frozenset({"ppy.Like", "ppy.annotations.Like"})
 _TYPE_ALIAS: Final = frozenset({"typing.TypeAlias", "typing_extensions.TypeAlias"})
+_LITERAL: Final = frozenset({"typing.Literal", "typing_extensions.Literal"})
+_CLASS_VAR: Final = frozenset({"typing.ClassVar", "typing_extensions.ClassVar"})
+_NAMED_TUPLE: Final = frozenset({"typing.NamedTuple", "typing_extensions.NamedTuple"})
+_TYPED_DICT: Final = frozenset({"typing.TypedDict", "typing_extensions.TypedDict"})
+_STATIC_KEYWORDS: Final = ("static_argnums", "static_argnames")
+#: Annotations that name something other than a class of described fields:
+#: arrays without a description, Python values, and the untyped.
+_NOT_A_TREE: Final = frozenset(
+    {
+        "jax.Array",
+        "jax.numpy.ndarray",
+        "numpy.ndarray",
+        "jaxtyping.Array",
+        "typing.Any",
+        "typing.Optional",
+        "typing.Union",
+        "object",
+        "int",
+        "float",
+        "complex",
+        "bool",
+        "str",
+        "bytes",
+        "dict",
+        "list",
+        "tuple",
+        "None",
+    }
+)
+#: jaxtyping's dtype annotations, by name: a dtype, or a family read as jax's
+#: default member of it (what ``jnp.zeros`` gives without x64).
+_JAXTYPING: Final[dict[str, str | None]] = {
+    "Float16": "float16",
+    "Float32": "float32",
+    "Float64": "float64",
+    "BFloat16": "bfloat16",
+    "Complex64": "complex64",
+    "Complex128": "complex128",
+    "Int8": "int8",
+    "Int16": "int16",
+    "Int32": "int32",
+    "Int64": "int64",
+    "UInt8": "uint8",
+    "UInt16": "uint16",
+    "UInt32": "uint32",
+    "UInt64": "uint64",
+    "Bool": "bool",
+    "Float": "float32",
+    "Int": "int32",
+    "Integer": "int32",
+    "UInt": "uint32",
+    "Complex": "complex64",
+    "Inexact": "float32",
+    "Num": None,
+    "Real": None,
+    "Shaped": None,
+    "Key": None,
+}
 _NOT_LITERAL: Final = "{marker} arguments must be literals so the build can read them"
 
 
@@ -92,6 +159,7 @@ def _discover(source: str, *, module: str, path: str, sha256: str) -> ModuleInfo
         functions=functions,
         aliases=reader.imports,
         imports=_imported_modules(tree, module),
+        classes=reader.classes(),
     )
 
 
@@ -345,11 +413,14 @@ class _Reader:
         if isinstance(node, ast.Call):
             func = self.resolve(node.func)
             keywords = tuple(k.arg or "**" for k in node.keywords)
+            static = _static(node)
             if func in _PARTIAL and node.args:
                 inner = self.resolve(node.args[0]) or ast.unparse(node.args[0])
-                return Decorator(inner, node.lineno, keywords, called=len(node.args) > 1)
+                return Decorator(
+                    inner, node.lineno, keywords, called=len(node.args) > 1, static=static
+                )
             name = func or ast.unparse(node.func)
-            return Decorator(name, node.lineno, keywords, called=bool(node.args))
+            return Decorator(name, node.lineno, keywords, called=bool(node.args), static=static)
         return Decorator(self.resolve(node) or ast.unparse(node), node.lineno)
 
     def _parameters(self, args: ast.arguments) -> Iterator[Parameter]:
@@ -365,18 +436,32 @@ class _Reader:
             yield self._parameter(args.kwarg, "var_keyword", False)
 
     def _parameter(self, arg: ast.arg, kind: ParameterKind, has_default: bool) -> Parameter:
-        annotation = arg.annotation
-        text = ast.unparse(annotation) if annotation is not None else None
-        spec = self.spec(annotation) if annotation is not None else ArraySpec(None, None)
-        return Parameter(arg.arg, kind, text, spec, has_default)
+        return self.describe(arg.arg, kind, arg.annotation, has_default)
+
+    def describe(
+        self, name: str, kind: ParameterKind, annotation: ast.expr | None, has_default: bool
+    ) -> Parameter:
+        """A parameter or field with everything its annotation describes."""
+        if annotation is None:
+            return Parameter(name, kind, None, ArraySpec(None, None), has_default)
+        found = _SpecFound()
+        self._read_spec(annotation, found, seen=frozenset())
+        return Parameter(
+            name,
+            kind,
+            ast.unparse(annotation),
+            ArraySpec(found.shape, found.dtype, tuple(found.problems), found.jaxtyping),
+            has_default,
+            like=found.like,
+            tree=found.tree,
+            choices=found.choices,
+        )
 
     # annotations
 
     def spec(self, annotation: ast.expr) -> ArraySpec:
         """The ppy metadata of an annotation, through Annotated and aliases."""
-        found = _SpecFound()
-        self._read_spec(annotation, found, seen=frozenset())
-        return ArraySpec(found.shape, found.dtype, tuple(found.problems))
+        return self.describe("", "positional", annotation, False).spec
 
     def _read_spec(self, node: ast.expr, found: _SpecFound, seen: frozenset[str]) -> None:
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -387,13 +472,27 @@ class _Reader:
         if isinstance(node, ast.Name) and node.id in self.types and node.id not in seen:
             self._read_spec(self.types[node.id], found, seen | {node.id})
             return
-        if not isinstance(node, ast.Subscript) or self.resolve(node.value) not in _ANNOTATED:
+        if isinstance(node, ast.Name | ast.Attribute):
+            self._read_name(node, found)
+            return
+        if not isinstance(node, ast.Subscript):
+            return
+        head = self.resolve(node.value)
+        if head in _LITERAL:
+            found.choices = _literal_values(node.slice)
+            return
+        if head is not None and head.startswith("jaxtyping."):
+            self._jaxtyping(node, head.rpartition(".")[2], found)
+            return
+        if head not in _ANNOTATED:
             return
         items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         if not items:
             return
         self._read_spec(items[0], found, seen)
         for item in items[1:]:
+            if isinstance(item, ast.Name) and isinstance(self.values.get(item.id), ast.Call):
+                item = self.values[item.id]  # F32 = ppy.DType("float32")
             if not isinstance(item, ast.Call):
                 continue
             marker = self.resolve(item.func)
@@ -403,6 +502,94 @@ class _Reader:
             elif marker in _DTYPE:
                 found.dtype, problems = self._dtype(item)
                 found.problems.extend(problems)
+            elif marker in _LIKE:
+                found.like, problems = self._like(item)
+                found.problems.extend(problems)
+
+    def _read_name(self, node: ast.Name | ast.Attribute, found: _SpecFound) -> None:
+        """A plain name: ``bool`` (a flag), or a class that may describe a tree."""
+        name = self.resolve(node)
+        if name == "bool":
+            found.choices = (False, True)
+        elif name is not None and name not in _NOT_A_TREE and not name.startswith("jaxtyping."):
+            found.tree = ast.unparse(node)
+
+    def _jaxtyping(self, node: ast.Subscript, dtype_name: str, found: _SpecFound) -> None:
+        """``Float32[Array, "B 4"]``: dims from the string, dtype from the name."""
+        where = f"{self._where(node)}: {ast.unparse(node)}"
+        items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if dtype_name not in _JAXTYPING or len(items) != 2:
+            return
+        dims_node = items[1]
+        if not (isinstance(dims_node, ast.Constant) and isinstance(dims_node.value, str)):
+            found.problems.append(f"{where}: the dims must be a literal string")
+            return
+        dtype = _JAXTYPING[dtype_name]
+        if dtype is None:
+            found.problems.append(
+                f"{where}: jaxtyping's {dtype_name} allows several dtypes; name one "
+                "(Float32, Int32, ...) so the export has one"
+            )
+        dims: list[int | str] = []
+        for axis, token in enumerate(dims_node.value.split()):
+            dim = _jaxtyping_dim(token)
+            if dim is None:
+                found.problems.append(
+                    f"{where}: axis {axis} {token!r} is not exportable; use a name (a "
+                    "symbolic dim) or an int (a fixed one), not ..., *name, #name or _"
+                )
+            else:
+                dims.append(dim)
+        if len(found.problems) == 0:
+            found.shape, found.dtype, found.jaxtyping = tuple(dims), dtype, True
+
+    def _like(self, call: ast.Call) -> tuple[str | None, list[str]]:
+        if len(call.args) == 1 and not call.keywords:
+            arg = call.args[0]
+            if isinstance(arg, ast.Name):
+                return arg.id, []
+            if (
+                isinstance(arg, ast.Constant)
+                and isinstance(arg.value, str)
+                and arg.value.isidentifier()
+            ):
+                return arg.value, []
+        return None, [
+            f"{self._where(call)}: ppy.Like takes one module-level function, by itself or "
+            f"by its name as a string: {ast.unparse(call)}"
+        ]
+
+    # classes
+
+    def classes(self) -> dict[str, ClassInfo]:
+        """Every module-level class, with the form that makes its fields a tree."""
+        found: dict[str, ClassInfo] = {}
+        for statement in _module_statements(self.tree.body):
+            if isinstance(statement, ast.ClassDef):
+                found.setdefault(statement.name, self._class(statement))
+        return found
+
+    def _class(self, node: ast.ClassDef) -> ClassInfo:
+        bases = {self.resolve(base) for base in node.bases}
+        decorators = {
+            self.resolve(d.func if isinstance(d, ast.Call) else d) or ""
+            for d in node.decorator_list
+        }
+        form: Literal["namedtuple", "typeddict", "dataclass"] | None = None
+        if bases & _NAMED_TUPLE:
+            form = "namedtuple"
+        elif bases & _TYPED_DICT:
+            form = "typeddict"
+        elif any(name.rpartition(".")[2] == "dataclass" for name in decorators):
+            form = "dataclass"
+        fields = tuple(
+            self.describe(s.target.id, "positional", s.annotation, s.value is not None)
+            for s in _class_statements(node.body)
+            if isinstance(s, ast.AnnAssign)
+            and isinstance(s.target, ast.Name)
+            and self.resolve(_unsubscript(s.annotation)) not in _CLASS_VAR
+        )
+        return ClassInfo(node.name, node.lineno, form, fields)
 
     def _where(self, node: ast.expr) -> str:
         return f"{self.path}:{node.lineno}"
@@ -452,7 +639,54 @@ class _Reader:
 class _SpecFound:
     shape: tuple[int | str, ...] | None = None
     dtype: str | None = None
+    like: str | None = None
+    tree: str | None = None
+    choices: tuple[object, ...] | None = None
+    jaxtyping: bool = False
     problems: list[str] = field(default_factory=list)
+
+
+def _unsubscript(node: ast.expr) -> ast.expr:
+    return node.value if isinstance(node, ast.Subscript) else node
+
+
+def _literal_values(node: ast.expr) -> tuple[object, ...] | None:
+    """``Literal["a", 1]``'s values, or None if one is not a hashable literal."""
+    items = node.elts if isinstance(node, ast.Tuple) else [node]
+    values: list[object] = []
+    for item in items:
+        try:
+            value = ast.literal_eval(item)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return None
+        if not isinstance(value, str | int | bool | bytes | type(None)):
+            return None
+        values.append(value)
+    return tuple(values)
+
+
+def _jaxtyping_dim(token: str) -> int | str | None:
+    """One axis of a jaxtyping dims string: an int, a name, or None if not exportable."""
+    if token.isdigit():
+        return int(token)
+    if token.isidentifier() and token != "_":
+        return token
+    return None
+
+
+def _static(call: ast.Call) -> tuple[int | str, ...]:
+    """The literal ``static_argnums`` and ``static_argnames`` of a decorator call."""
+    found: list[int | str] = []
+    for keyword in call.keywords:
+        if keyword.arg not in _STATIC_KEYWORDS:
+            continue
+        try:
+            value = ast.literal_eval(keyword.value)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            continue
+        items = value if isinstance(value, tuple | list) else [value]
+        found.extend(v for v in items if isinstance(v, int | str) and not isinstance(v, bool))
+    return tuple(found)
 
 
 def _nested_blocks(statement: ast.stmt) -> Iterator[Sequence[ast.stmt]]:

@@ -131,6 +131,13 @@ class _Writer:
             for field in dataclasses.fields(value):
                 self.text(field.name)
                 self.write(getattr(value, field.name), depth + 1)
+        elif _stateless(value):  # a sentinel, such as equinox's MISSING
+            self.text("instance", _name(kind))
+            for base in kind.__mro__[:-1]:  # what it reads from its class
+                for name, item in vars(base).items():
+                    if not name.startswith("__") and not _behaviour(item):
+                        self.text(name)
+                        self.write(item, depth + 1)
         else:
             self.tree(value, depth)
 
@@ -188,6 +195,24 @@ def _is_array(value: Any) -> bool:
         and hasattr(value, "dtype")
         and hasattr(value, "shape")
     )
+
+
+def _stateless(value: Any) -> bool:
+    """An instance of a Python class that holds nothing: its class says all.
+
+    Only instances with an empty ``__dict__`` and no ``__slots__`` count; an
+    object whose state lives in C (a lock, a file) has no ``__dict__``.
+    """
+    state = getattr(value, "__dict__", None)
+    slots = any(getattr(k, "__slots__", ()) for k in type(value).__mro__)
+    return isinstance(state, dict) and not state and not slots
+
+
+def _behaviour(item: Any) -> bool:
+    """A class attribute that is code, not data."""
+    return isinstance(
+        item, types.FunctionType | staticmethod | classmethod | property | type
+    ) or callable(item)
 
 
 def _is_dtype(value: Any) -> bool:

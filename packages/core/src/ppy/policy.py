@@ -33,9 +33,11 @@ RULES: Final[Mapping[str, str]] = {
         "allow-build-export = true)"
     ),
     "redefined": "the function's name is bound once at module level",
-    "invalid-spec": "every ppy.Shape and ppy.DType on a parameter is valid and literal",
-    "missing-shape": "every positional parameter has a ppy.Shape",
-    "missing-dtype": "every positional parameter has a ppy.DType",
+    "invalid-spec": "every description on a parameter (ppy.Shape, ppy.DType, ppy.Like, a "
+    "jaxtyping annotation) is valid and literal",
+    "missing-shape": "every traced parameter is described: an array's dims, a pytree's "
+    "example or class",
+    "missing-dtype": "every array parameter has an element type",
     "differentiated": "the function is not differentiated, when the staged form carries no VJP",
     "allowed": "every rule passed: the plugin may stage the function",
 }
@@ -57,11 +59,48 @@ def _stays(decorator: str) -> str:
 
 
 def _positional(function: FunctionInfo) -> list[Parameter]:
-    """The inputs a staged call receives; a method's receiver is not one of them."""
-    parameters = [p for p in function.parameters if p.kind == "positional"]
+    """The inputs a staged call receives, by position or keyword; a method's
+    receiver is not one of them."""
+    parameters = [p for p in function.parameters if p.kind in ("positional", "keyword_only")]
     if function.scope == "method" and parameters and parameters[0].name in ("self", "cls"):
         parameters = parameters[1:]
     return parameters
+
+
+def _traced(function: FunctionInfo) -> list[Parameter]:
+    """The inputs the trace sees as values: the static ones are not among them."""
+    static = function.static
+    return [p for p in _positional(function) if p.name not in static]
+
+
+_ARRAY_ANNOTATIONS: Final = frozenset({"jax.Array", "jnp.ndarray", "np.ndarray", "Array"})
+_VALUE_ANNOTATIONS: Final = frozenset({"bool", "int", "float", "str", "complex"})
+
+
+def _describe_remedy(parameter: Parameter) -> str:
+    """How to describe one parameter, in the form its annotation suggests."""
+    array = (
+        f"annotate {parameter.name} as Annotated[jax.Array, ppy.Shape(...), ppy.DType(...)] "
+        'or with jaxtyping (Float32[Array, "B 4"])'
+    )
+    tree = (
+        f"describe the pytree {parameter.name} as Annotated[Any, ppy.Like(example)], with "
+        "example a module-level function that builds one, or as a NamedTuple or dataclass "
+        "whose fields are described"
+    )
+    annotation = (parameter.annotation or "").strip()
+    spec = parameter.spec
+    arrayish = annotation in _ARRAY_ANNOTATIONS or "Array" in annotation or "ndarray" in annotation
+    if arrayish or spec.shape is not None or spec.dtype is not None:
+        return array
+    if annotation in _VALUE_ANNOTATIONS or annotation.startswith("Literal"):
+        return (
+            f"{parameter.name} is a Python value: name it in static_argnames and annotate it "
+            "bool or Literal[...] so each value is staged"
+        )
+    if not annotation:
+        return f"{array}; or, if it is a pytree, {tree.removeprefix('describe the pytree ')}"
+    return tree
 
 
 def _names(parameters: Sequence[Parameter]) -> str:
@@ -75,6 +114,10 @@ def _written(spec: ArraySpec, marker: str) -> bool:
 
 def _render(parameter: Parameter) -> str:
     spec = parameter.spec
+    if parameter.like is not None:
+        return f"{parameter.name}: Like({parameter.like})"
+    if parameter.tree is not None:
+        return f"{parameter.name}: {parameter.tree}"
     if spec.shape is None and spec.dtype is None and not spec.problems:
         return f"{parameter.name}: {parameter.annotation or '?'}"
     dims = spec.shape if spec.shape is not None else ("?",)
@@ -85,7 +128,8 @@ def _render(parameter: Parameter) -> str:
 def signature(function: FunctionInfo) -> str:
     """``score(x: float32[B,4])``; what discovery cannot tell is shown as ``?``."""
     parameters = _positional(function)
-    if all(p.spec.shape is not None and p.spec.dtype is not None for p in parameters):
+    arrays = all(p.spec.shape is not None and p.spec.dtype is not None for p in parameters)
+    if arrays and not function.static:
         inputs = [
             TensorSpec(tuple(p.spec.shape or ()), p.spec.dtype or "?", p.name) for p in parameters
         ]
@@ -141,36 +185,37 @@ def _spec_checks(function: FunctionInfo, plugin: Plugin) -> list[Check]:
         return [
             Check(rule, True, reason) for rule in ("invalid-spec", "missing-shape", "missing-dtype")
         ]
-    parameters = _positional(function)
-    annotate = "annotate it as Annotated[jax.Array, ppy.Shape(...), ppy.DType(...)]"
+    parameters = _traced(function)
     problems = [problem for p in function.parameters for problem in p.spec.problems]
     checks = [
         Check("invalid-spec", False, "; ".join(problems), "fix the annotation as the message says")
         if problems
-        else Check("invalid-spec", True, "every ppy.Shape and ppy.DType is valid")
+        else Check("invalid-spec", True, "every description is valid")
     ]
-    for rule, marker, attribute, what in (
-        ("missing-shape", "ppy.Shape", "shape", "dims"),
-        ("missing-dtype", "ppy.DType", "dtype", "element type"),
+    arrays = [p for p in parameters if p.like is None and p.tree is None]
+    for rule, marker, attribute, what, candidates in (
+        ("missing-shape", "ppy.Shape", "shape", "dims", arrays),
+        ("missing-dtype", "ppy.DType", "dtype", "element type", arrays),
     ):
         missing = [
             p
-            for p in parameters
+            for p in candidates
             if getattr(p.spec, attribute) is None and not _written(p.spec, marker)
         ]
         if not missing:
-            checks.append(Check(rule, True, f"every positional parameter has a {marker}"))
+            checks.append(Check(rule, True, f"every traced parameter has its {what}"))
             continue
         noun = "parameter" if len(missing) == 1 else "parameters"
-        verb = "has" if len(missing) == 1 else "have"
-        checks.append(
-            Check(
-                rule,
-                False,
-                f"{noun} {_names(missing)} {verb} no {marker}; the trace needs each input's {what}",
-                f"{annotate}: {', '.join(p.name for p in missing)}",
-            )
+        verb = "is" if len(missing) == 1 else "are"
+        undescribed = rule == "missing-shape" and any(p.spec.dtype is None for p in missing)
+        has = "has" if len(missing) == 1 else "have"
+        detail = (
+            f"{noun} {_names(missing)} {verb} not described; the trace needs each input's {what}"
+            if undescribed
+            else f"{noun} {_names(missing)} {has} no {marker}; the trace needs each input's {what}"
         )
+        remedy = "; ".join(_describe_remedy(p) for p in missing)
+        checks.append(Check(rule, False, detail, remedy))
     return checks
 
 

@@ -12,6 +12,7 @@ from typing import Literal
 
 __all__ = [
     "ArraySpec",
+    "ClassInfo",
     "Decorator",
     "Differentiation",
     "FunctionInfo",
@@ -35,10 +36,22 @@ class ArraySpec:
     shape: tuple[int | str, ...] | None
     dtype: str | None
     problems: tuple[str, ...] = ()
+    #: Read from a jaxtyping annotation rather than ``ppy.Shape``/``ppy.DType``.
+    jaxtyping: bool = False
 
 
 @dataclass(frozen=True)
 class Parameter:
+    """A function's parameter, or a field of a class that describes a pytree.
+
+    One of four descriptions may hold: ``spec`` with a shape and a dtype (an
+    array, from ``ppy.Shape``/``ppy.DType`` or a jaxtyping annotation);
+    ``like`` (``ppy.Like``: the name of a function that builds an example);
+    ``tree`` (a class whose fields are described, by the name the
+    annotation gives it); or ``choices`` (``bool`` or ``Literal[...]``: the
+    values a static parameter may take).
+    """
+
     name: str
     kind: ParameterKind
     #: The annotation as written in the source, or None.
@@ -46,6 +59,31 @@ class Parameter:
     #: ppy metadata resolved through ``Annotated`` and module-level aliases.
     spec: ArraySpec
     has_default: bool = False
+    #: ``ppy.Like(example)``: the example function's name.
+    like: str | None = None
+    #: A class annotation, as written (``Params``, ``types.Params``).
+    tree: str | None = None
+    #: ``bool`` gives ``(False, True)``; ``Literal["a", 1]`` its values.
+    choices: tuple[object, ...] | None = None
+
+    @property
+    def described(self) -> bool:
+        """Whether the annotation says what a traced input looks like."""
+        array = self.spec.shape is not None and self.spec.dtype is not None
+        return array or self.like is not None or self.tree is not None
+
+
+@dataclass(frozen=True)
+class ClassInfo:
+    """A module-level class that may describe a pytree input by its fields."""
+
+    name: str
+    lineno: int
+    #: ``namedtuple``, ``typeddict``, ``dataclass`` (any decorator named
+    #: ``dataclass``: the standard one, flax.struct's, chex's), or None.
+    form: Literal["namedtuple", "typeddict", "dataclass"] | None
+    #: Annotated fields in order, ``ClassVar`` left out.
+    fields: tuple[Parameter, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -58,6 +96,8 @@ class Decorator:
     keywords: tuple[str, ...] = ()
     #: Positional arguments given beyond the function (``partial(jax.jit, f)``).
     called: bool = False
+    #: ``static_argnums`` and ``static_argnames`` as written: ints and names.
+    static: tuple[int | str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -94,6 +134,20 @@ class FunctionInfo:
     def location(self) -> str:
         return f"{self.path}:{self.lineno}"
 
+    @property
+    def static(self) -> frozenset[str]:
+        """The parameters a decorator makes static, by name (numbers resolved
+        against the positional parameters, as jax resolves them)."""
+        positional = [p.name for p in self.parameters if p.kind == "positional"]
+        names: set[str] = set()
+        for decorator in self.decorators:
+            for item in decorator.static:
+                if isinstance(item, str):
+                    names.add(item)
+                elif -len(positional) <= item < len(positional):
+                    names.add(positional[item])
+        return frozenset(names)
+
 
 @dataclass(frozen=True)
 class ModuleInfo:
@@ -111,3 +165,5 @@ class ModuleInfo:
     #: Every module the source imports, anywhere in it, by dotted name
     #: (``from pkg import layers`` gives ``pkg`` and ``pkg.layers``).
     imports: frozenset[str] = frozenset()
+    #: Module-level classes by name, with their annotated fields.
+    classes: dict[str, ClassInfo] = field(default_factory=dict, compare=False, hash=False)

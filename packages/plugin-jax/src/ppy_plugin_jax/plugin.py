@@ -165,16 +165,7 @@ class JaxExportPlugin:
 
 def _static_args(function: FunctionInfo) -> Check:
     keywords = [k for d in function.decorators if d.name == "jax.jit" for k in d.keywords]
-    static = [k for k in keywords if k in _STATIC_KEYWORDS]
     donated = [k for k in keywords if k in _DONATE_KEYWORDS]
-    if static:
-        return Check(
-            "static-args",
-            False,
-            f"static arguments ({', '.join(static)}) are compiled in per value, "
-            "so they cannot be exported with a fixed description",
-            "make the static value a module constant, or leave the function jitted",
-        )
     if donated:
         return Check(
             "static-args",
@@ -183,24 +174,66 @@ def _static_args(function: FunctionInfo) -> Check:
             "a staged call through the export would not honour it",
             "drop the donation, or leave the function jitted",
         )
+    static = function.static
+    written = [d for d in function.decorators if d.name == "jax.jit" and d.static]
+    unread = [k for k in keywords if k in _STATIC_KEYWORDS] and not written
+    if unread:
+        return Check(
+            "static-args",
+            False,
+            "static_argnums or static_argnames is not a literal the build can read",
+            'write it as a literal, such as static_argnames=("training",)',
+        )
+    parameters = {p.name: p for p in function.parameters}
+    unknown = sorted(name for name in static if name not in parameters)
+    if unknown:
+        return Check(
+            "static-args",
+            False,
+            f"static argument {', '.join(map(repr, unknown))} is not a parameter of "
+            f"{function.name}",
+            "name parameters the function has",
+        )
+    open_ended = [parameters[name] for name in sorted(static) if parameters[name].choices is None]
+    if open_ended:
+        names = ", ".join(repr(p.name) for p in open_ended)
+        return Check(
+            "static-args",
+            False,
+            f"static argument {names} may take any value, and each value is its own trace",
+            f"annotate {', '.join(p.name for p in open_ended)} as bool or Literal[...] with the "
+            "values the program passes: each is exported, and any other value takes the "
+            "original path",
+        )
+    variants = 1
+    for name in static:
+        variants *= max(1, len(parameters[name].choices or ()))
+    if variants > JaxExport.MAX_VARIANTS:
+        return Check(
+            "static-args",
+            False,
+            f"its static arguments take {variants} combinations of values; ppy exports at most "
+            f"{JaxExport.MAX_VARIANTS}",
+            "narrow the Literal[...] annotations to the values the program passes",
+        )
+    if static:
+        return Check(
+            "static-args", True, f"static arguments are exported once per value ({variants})"
+        )
     return Check("static-args", True, "no static or donated arguments")
 
 
 def _parameter_kind(function: FunctionInfo) -> Check:
-    odd = [p for p in function.parameters if p.kind != "positional"]
+    odd = [p for p in function.parameters if p.kind in ("var_positional", "var_keyword")]
     if not odd:
-        return Check("parameter-kind", True, "positional parameters only")
-    words = {
-        "keyword_only": "keyword-only",
-        "var_positional": "*args",
-        "var_keyword": "**kwargs",
-    }
-    named = ", ".join(f"{p.name} ({words.get(p.kind, p.kind)})" for p in odd)
+        return Check("parameter-kind", True, "named parameters only")
+    words = {"var_positional": "*args", "var_keyword": "**kwargs"}
+    named = ", ".join(f"{p.name} ({words[p.kind]})" for p in odd)
     return Check(
         "parameter-kind",
         False,
-        f"only positional parameters can be described for export: {named}",
-        "make them positional parameters annotated with ppy.Shape and ppy.DType",
+        f"only named parameters can be described for export: {named}",
+        "give each input a parameter of its own, described by its annotation",
     )
 
 

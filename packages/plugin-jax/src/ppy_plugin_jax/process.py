@@ -30,7 +30,8 @@ from ppy.entry import Entry
 from ppy.fingerprint import DEFAULT_LIMIT
 from ppy.kinds import JaxExport
 from ppy.plugin import StageFailure, StageRequest, StageTarget
-from ppy.spec import TensorSpec
+
+from ppy_plugin_jax.inputs import describe
 
 __all__ = ["ENV_KEEP", "ENV_PREFIXES", "export_in_worker", "worker_environment"]
 
@@ -82,6 +83,12 @@ _REMEDIES: Final[Mapping[str, str]] = {
     "prints at every call",
     "specializes": "describe the dims the body depends on as fixed sizes (ppy.Shape(3, 4)); "
     "or, if the difference is one you accept, set [tool.ppy.plugins.jax] verify-sizes = false",
+    "missing-shape": "describe it as the message says; docs/annotations.md shows every form",
+    "invalid-spec": "fix the description as the message says",
+    "input-tree": "pass the object whose metadata cannot be compared outside the pytree, "
+    "or leave the function jitted",
+    "output-tree": "return containers (tuples, dicts, NamedTuples) of arrays, or trees of the "
+    "same classes as the inputs",
 }
 
 
@@ -101,8 +108,9 @@ def _module_request(target: StageTarget) -> dict[str, Any]:
             {
                 "qualname": f.qualname,
                 "params": [
-                    {"name": p.name, "dims": list(p.spec.shape or ()), "dtype": p.spec.dtype}
+                    describe(p, static=p.name in f.static)
                     for p in f.parameters
+                    if p.kind in ("positional", "keyword_only")
                 ],
             }
             for f in target.functions
@@ -111,26 +119,16 @@ def _module_request(target: StageTarget) -> dict[str, Any]:
 
 
 def _entry(target: StageTarget, qualname: str, message: Mapping[str, Any]) -> Entry:
-    function = next(f for f in target.functions if f.qualname == qualname)
-    inputs = tuple(
-        TensorSpec(tuple(p.spec.shape or ()), p.spec.dtype or "", p.name)
-        for p in function.parameters
-    )
-    outputs = tuple(TensorSpec(tuple(o["dims"]), o["dtype"]) for o in message["outputs"])
     # Read back through the contract, so the entry is one the runtime reads.
-    contract = JaxExport.from_mapping(
-        message["metadata"],
-        {
-            "export": base64.b64decode(message["export"]),
-            "stablehlo": message["stablehlo"].encode("utf-8"),
-        },
-    )
+    payload = {k: base64.b64decode(v) for k, v in message["payload"].items()}
+    contract = JaxExport.from_mapping(message["metadata"], payload)
+    first = contract.variants[0]
     return Entry(
         module=target.module.name,
         qualname=qualname,
         kind=JaxExport.KIND,
-        inputs=inputs,
-        outputs=outputs,
+        inputs=first.inputs,
+        outputs=first.outputs,
         platforms=tuple(message["platforms"]),
         payload=contract.to_payload(),
         metadata=contract.to_metadata(),

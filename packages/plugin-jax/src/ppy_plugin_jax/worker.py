@@ -63,32 +63,13 @@ class Capture:
         return data.decode("utf-8", "replace")
 
 
-def _specs(function: Mapping[str, Any]) -> list[Any]:
-    """One ``ShapeDtypeStruct`` per parameter; one symbolic scope per function,
-    so ``"B"`` on two parameters is one dimension."""
-    import jax
-    import jax.numpy as jnp
-    from jax import export
-
-    scope = export.SymbolicScope()
-    specs = []
-    for param in function["params"]:
-        dims = param["dims"]
-        shape: Any
-        if any(isinstance(d, str) for d in dims):
-            shape = export.symbolic_shape(", ".join(str(d) for d in dims), scope=scope)
-        else:
-            shape = tuple(dims)
-        specs.append(jax.ShapeDtypeStruct(shape, jnp.dtype(param["dtype"])))  # type: ignore[no-untyped-call]
-    return specs
-
-
 def _runtime_annotations(fn: Any, function: Mapping[str, Any]) -> str | None:
     """Disagreement between the live annotations and what the source said, if any.
 
     Discovery reads annotations from the AST; this is the check that the code,
     once run, means the same thing (an alias rebound at run time, a shape built
-    from a variable).
+    from a variable). It covers ``ppy.Shape`` and ``ppy.DType``; a jaxtyping
+    annotation is read from the source only.
     """
     import typing
 
@@ -100,11 +81,14 @@ def _runtime_annotations(fn: Any, function: Mapping[str, Any]) -> str | None:
     except Exception as error:  # annotations that do not evaluate are the user's to fix
         return f"its annotations do not evaluate at run time: {type(error).__name__}: {error}"
     for param in function["params"]:
+        array = param["array"]
+        if array is None or not array["ppy"]:
+            continue
         metadata = getattr(hints.get(param["name"]), "__metadata__", ())
         shapes = [m.dims for m in metadata if isinstance(m, ppy.Shape)]
         dtypes = [m.name for m in metadata if isinstance(m, ppy.DType)]
         live = (list(shapes[0]) if shapes else None, dtypes[0] if dtypes else None)
-        read = (param["dims"], param["dtype"])
+        read = (array["dims"], array["dtype"])
         if live != read:
             return (
                 f"parameter {param['name']} is {_spec_text(*live)} at run time but the source "
@@ -122,25 +106,121 @@ def _dims(aval: Any) -> list[int | str]:
     return [d if isinstance(d, int) else str(d) for d in aval.shape]
 
 
-def _export(module: Any, function: Mapping[str, Any], request: Mapping[str, Any]) -> dict[str, Any]:
+class _Flat:
+    """The function as its export takes it: the leaves of its traced inputs in,
+    the leaves of its output out, one value of each static parameter."""
+
+    def __init__(self, fn: Any, params: list[Mapping[str, Any]], in_tree: Any) -> None:
+        self.fn = fn
+        self.params = params
+        self.names = [p["name"] for p in params if not p["static"]]
+        self.in_tree = in_tree
+        self.out_trees: list[Any] = []
+
+    def bind(self, static: Mapping[str, Any]) -> Any:
+        import functools
+
+        import jax
+
+        def flat(*leaves: Any) -> Any:
+            trees = jax.tree_util.tree_unflatten(self.in_tree, leaves)
+            values = dict(zip(self.names, trees, strict=True))
+            values.update(static)
+            args = [values[p["name"]] for p in self.params if p["kind"] == "positional"]
+            kwargs = {
+                p["name"]: values[p["name"]] for p in self.params if p["kind"] != "positional"
+            }
+            out_leaves, out_tree = jax.tree_util.tree_flatten(self.fn(*args, **kwargs))
+            self.out_trees.append(out_tree)
+            return out_leaves
+
+        return jax.jit(functools.wraps(self.fn)(flat))
+
+
+def _leaf_specs(
+    names: list[str], trees: tuple[Any, ...], written: Mapping[int, list[int | str]]
+) -> list[dict[str, Any]]:
+    """Each leaf's description, named by its parameter and its path in the tree,
+    with its dims as the source wrote them where it wrote them."""
     import jax
-    from jax import export
+
+    specs = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(trees)[0]:
+        name = names[path[0].idx] + jax.tree_util.keystr(path[1:])
+        if not isinstance(leaf, jax.ShapeDtypeStruct):
+            raise _Refusal(
+                "missing-shape",
+                f"{name} is a {type(leaf).__name__} leaf with no description: a call passes "
+                "it as a traced value; describe it as an array, or make it a static field "
+                "(not a pytree leaf) of its class",
+            )
+        dims = written.get(id(leaf)) or _dims(leaf)
+        specs.append({"name": name, "dims": dims, "dtype": str(leaf.dtype)})
+    return specs
+
+
+class _Refusal(Exception):
+    def __init__(self, rule: str, reason: str, *, deliberate: bool = False) -> None:
+        super().__init__(reason)
+        self.result = {"ok": False, "rule": rule, "reason": reason}
+        if deliberate:
+            self.result["deliberate"] = True
+
+
+def _static_values(params: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One mapping per combination of the static parameters' values."""
+    import itertools
+
+    static = [p for p in params if p["static"]]
+    combinations = itertools.product(*(p["choices"] for p in static))
+    return [dict(zip((p["name"] for p in static), values, strict=False)) for values in combinations]
+
+
+def _export(module: Any, function: Mapping[str, Any], request: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        return _export_variants(module, function, request)
+    except _Refusal as refusal:
+        return refusal.result
+
+
+def _export_variants(
+    module: Any, function: Mapping[str, Any], request: Mapping[str, Any]
+) -> dict[str, Any]:
+    import jax
     from jax._src import config as jax_config
+    from ppy.fingerprint import Unreadable, python_function
     from ppy.jax_config import read as read_config
-    from ppy.kinds import JaxExport
+    from ppy.kinds import JaxExport, Variant
+    from ppy.pytrees import Unrebuildable, recipe, structure
+    from ppy.spec import TensorSpec
 
     from ppy_plugin_jax.captures import Refused, captures
-    from ppy_plugin_jax.verify import specialized
+    from ppy_plugin_jax.inputs import Undescribed, abstract
 
-    platforms = request.get("platforms")
     fn: Any = module
     for part in function["qualname"].split("."):
         fn = getattr(fn, part)
     mismatch = _runtime_annotations(fn, function)
     if mismatch:
-        return {"ok": False, "rule": "annotation-mismatch", "reason": mismatch}
-    targets = platforms or [jax.default_backend()]
-    specs = _specs(function)
+        raise _Refusal("annotation-mismatch", mismatch)
+    params = function["params"]
+    python = python_function(fn)
+    try:
+        values, written = abstract(
+            python.__globals__ if python else vars(module), params, request["root"]
+        )
+    except Undescribed as undescribed:
+        raise _Refusal(undescribed.rule, undescribed.reason) from None
+    names = list(values)
+    trees = tuple(values[name] for name in names)
+    inputs = _leaf_specs(names, trees, written)
+    leaves, in_tree = jax.tree_util.tree_flatten(trees)
+    try:
+        in_print = structure(in_tree)
+    except Unreadable as error:
+        raise _Refusal(
+            "input-tree", f"its inputs cannot be compared at run time: {error}"
+        ) from None
     try:
         read = captures(
             fn,
@@ -149,51 +229,86 @@ def _export(module: Any, function: Mapping[str, Any], request: Mapping[str, Any]
             flatten=jax.tree_util.tree_flatten,
         )
     except Refused as refused:
-        return {
-            "ok": False,
-            "rule": "captures-runtime-value",
-            "reason": f"its trace uses {refused.name}, which ppy cannot compare at run time: "
-            f"{refused.why}",
-            "deliberate": True,
-        }
+        raise _Refusal(
+            "captures-runtime-value",
+            f"its trace uses {refused.name}, which ppy cannot compare at run time: {refused.why}",
+            deliberate=True,
+        ) from None
     # A 64-bit input is traced as it would be under ppy run: only with x64 on,
     # which the trace records, so the staged path is taken only then.
-    wide = any(p["dtype"] in _WIDE for p in function["params"])
+    wide = any(spec["dtype"] in _WIDE for spec in inputs)
+    flat = _Flat(fn, params, in_tree)
+    variants = []
     with jax_config.enable_x64(True) if wide else contextlib.nullcontext():
-        exported = export.export(fn, platforms=targets)(*specs)
+        for static in _static_values(params):
+            variants.append(_variant(flat, static, leaves, request))
         traced_under = read_config(jax.config, jax_config.trace_context_names())
-        found = specialized(fn, exported) if request.get("verify_sizes", True) else None
-    if found is not None:
-        sizes, why = found
-        at = ", ".join(f"{name}={size}" for name, size in sizes.items())
-        return {
-            "ok": False,
-            "rule": "specializes",
-            "reason": f"at {at}, {why}: the export does not serve every size its "
-            "description claims",
-            "deliberate": True,
-        }
+    built = []
+    for static, exported, out_tree in variants:
+        try:
+            out_recipe = recipe(out_tree, in_tree)
+        except Unrebuildable as error:
+            raise _Refusal("output-tree", str(error)) from None
+        built.append(
+            Variant(
+                static=static,
+                in_tree=in_print,
+                out_tree=out_recipe,
+                inputs=tuple(TensorSpec(tuple(s["dims"]), s["dtype"], s["name"]) for s in inputs),
+                outputs=tuple(
+                    TensorSpec(tuple(_dims(a)), str(a.dtype)) for a in exported.out_avals
+                ),
+                calling_convention_version=exported.calling_convention_version,
+                nr_devices=exported.nr_devices,
+                uses_shape_polymorphism=any(
+                    not isinstance(d, int) for a in exported.in_avals for d in a.shape
+                ),
+                export=bytes(exported.serialize()),
+                stablehlo=exported.mlir_module().encode("utf-8"),
+            )
+        )
     contract = JaxExport(
         jax_version=jax.__version__,
         jaxlib_version=importlib.import_module("jaxlib").__version__,
-        calling_convention_version=exported.calling_convention_version,
-        nr_devices=exported.nr_devices,
-        uses_shape_polymorphism=any(
-            not isinstance(d, int) for a in exported.in_avals for d in a.shape
-        ),
-        export=bytes(exported.serialize()),
-        stablehlo=exported.mlir_module().encode("utf-8"),
+        traced=tuple(names),
+        static=tuple(p["name"] for p in params if p["static"]),
+        variants=tuple(built),
         captures=read,
         trace_config=traced_under,
     )
+    payload = contract.to_payload()
     return {
         "ok": True,
-        "export": base64.b64encode(contract.export).decode("ascii"),
-        "stablehlo": contract.stablehlo.decode("utf-8"),
-        "outputs": [{"dims": _dims(a), "dtype": str(a.dtype)} for a in exported.out_avals],
-        "platforms": list(exported.platforms),
+        "payload": {k: base64.b64encode(v).decode("ascii") for k, v in payload.items()},
+        "platforms": list(variants[0][1].platforms),
         "metadata": contract.to_metadata(),
     }
+
+
+def _variant(
+    flat: _Flat, static: dict[str, Any], leaves: list[Any], request: Mapping[str, Any]
+) -> tuple[dict[str, Any], Any, Any]:
+    """(the static values, the export, the output's tree) for one variant."""
+    import jax
+    from jax import export
+
+    from ppy_plugin_jax.verify import specialized
+
+    targets = request.get("platforms") or [jax.default_backend()]
+    function = flat.bind(static)
+    exported = export.export(function, platforms=targets)(*leaves)
+    out_tree = flat.out_trees[-1]
+    found = specialized(function, exported) if request.get("verify_sizes", True) else None
+    if found is not None:
+        sizes, why = found
+        at = ", ".join(f"{name}={size}" for name, size in sizes.items())
+        where = f" with {', '.join(f'{k}={v!r}' for k, v in static.items())}" if static else ""
+        raise _Refusal(
+            "specializes",
+            f"at {at}{where}, {why}: the export does not serve every size its description claims",
+            deliberate=True,
+        )
+    return static, exported, out_tree
 
 
 def _describe(error: BaseException, doing: str, root: str) -> str:

@@ -22,7 +22,8 @@ fast path as a freshly compiled one; only that wrapper differs.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -32,7 +33,7 @@ from ppy.cache import ExecutableCache, executable_key
 from ppy_runtime_pjrt import pickled, unstaged
 from ppy_runtime_pjrt.guard import Signature
 
-__all__ = ["CompileRefused", "Executables", "dispatcher", "fast_call"]
+__all__ = ["CompileRefused", "Executables", "Shaped", "dispatcher", "fast_call"]
 
 
 class CompileRefused(Exception):
@@ -63,16 +64,23 @@ def fast_call(compiled: Any) -> Callable[..., Any]:
 
 
 def dispatcher(
-    name: str, function: Callable[..., Any], miss: Callable[..., Any]
+    name: str,
+    function: Callable[..., Any],
+    miss: Callable[..., Any],
+    static_argnums: Sequence[int] = (),
+    static_argnames: Sequence[str] = (),
 ) -> Callable[..., Any] | None:
     """jax's C++ dispatch for a function of ppy's, or None where this jax has none.
 
     It is what ``jax.jit`` and ``Compiled`` calls go through: a cache of
-    executables keyed by each argument's type, shape, dtype, weak type,
-    sharding and commitment and by jax's trace context, filled by what
+    executables keyed by each argument's pytree structure, type, shape,
+    dtype, weak type, sharding and commitment, by the static arguments'
+    values and by jax's trace context, filled by what
     ``miss(*args, **kwargs)`` answers on a miss (outputs, the fast-path data
     of the executable that computed them or None to cache nothing, False).
-    Under ``jax.disable_jit`` it calls ``function``, as jit does.
+    Static arguments are left out of what the executable is given, as jit
+    leaves them out. Under ``jax.disable_jit`` it calls ``function``, as
+    jit does.
     """
     try:
         from jax._src import tree_util
@@ -83,8 +91,8 @@ def dispatcher(
             name,
             function,
             miss,
-            [],
-            [],
+            list(static_argnums),
+            list(static_argnames),
             pxla.JitGlobalCppCacheKeys(),
             tree_util.dispatch_registry,
             pxla.cc_shard_arg,
@@ -100,8 +108,30 @@ def _versions() -> tuple[tuple[str, str], ...]:
     return (("jax", jax.__version__), ("jaxlib", str(jaxlib_version)))
 
 
+@dataclass(frozen=True)
+class Shaped:
+    """What one executable is for: a call's structure and its leaves' shapes."""
+
+    #: ``ppy.pytrees.structure`` of the call's non-static (args, kwargs).
+    structure: str
+    #: The tree of the non-static (args, kwargs): what the executable takes.
+    in_tree: Any
+    #: The tree of the output.
+    out_tree: Any
+    signature: Signature
+    #: The call's arguments, each array leaf as its ``ShapeDtypeStruct``.
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
 class Executables:
-    """Loads or compiles the executable of ``exported`` for a signature."""
+    """Loads or compiles the executables of one export, one per ``Shaped`` call.
+
+    ``serve`` is the function jit compiles for a call: it binds the call
+    and runs the export on its leaves (``StagedFunction.serve``);
+    ``static_argnums`` and ``static_argnames`` are the function's, as jit
+    resolves them.
+    """
 
     def __init__(
         self,
@@ -111,29 +141,33 @@ class Executables:
         cache: ExecutableCache | None,
         module: str,
         qualname: str,
+        serve: Callable[..., Any],
+        static_argnums: Sequence[int] = (),
+        static_argnames: Sequence[str] = (),
     ) -> None:
         self.exported = exported
         self.cache = cache
         self.module = module
         self.qualname = qualname
+        self.serve = serve
+        self.static_argnums = tuple(static_argnums)
+        self.static_argnames = tuple(static_argnames)
         self.digest = hashlib.sha256(payload).hexdigest()
         self.device = jax.devices()[0]
         self.platform = self.device.platform
         self.device_kind = f"{self.device.device_kind} ({self.device.client.platform_version})"
         self.versions = _versions()
-        arity = len(exported.in_avals)
-        self.in_tree = jax.tree_util.tree_structure((tuple(range(arity)), {}))
 
-    def key(self, signature: Signature) -> str:
+    def key(self, shaped: Shaped) -> str:
         return executable_key(
-            self.digest,
-            [(shape, str(dtype)) for shape, dtype in signature],
+            hashlib.sha256(f"{self.digest}|{shaped.structure}".encode()).hexdigest(),
+            [(shape, str(dtype)) for shape, dtype in shaped.signature],
             platform=self.platform,
             device_kind=self.device_kind,
             versions=self.versions,
         )
 
-    def load(self, signature: Signature) -> tuple[Callable[..., Any], str]:
+    def load(self, shaped: Shaped) -> tuple[Callable[..., Any], str]:
         """(the call, where it came from: "cache" or "compiled").
 
         Either way the executable is one read back from its bytes, with
@@ -142,27 +176,27 @@ class Executables:
         commits an output only when an input was (and the guard sends
         committed inputs to the original).
         """
-        key = self.key(signature)
+        key = self.key(shaped)
         if self.cache is not None:
             data = self.cache.get(key)
             if data is not None:
-                compiled = self._deserialize(key, data)
+                compiled = self._deserialize(key, data, shaped)
                 if compiled is not None:
                     return fast_call(compiled), "cache"
-        compiled = self._compile(signature)
+        compiled = self._compile(shaped)
         data = self._serialize(compiled)
         if data is not None:
             if self.cache is not None:
                 self.cache.keep(key, data)
-            compiled = self._deserialize(key, data) or compiled
+            compiled = self._deserialize(key, data, shaped) or compiled
         return fast_call(compiled), "compiled"
 
-    def _deserialize(self, key: str, data: bytes) -> Any:
+    def _deserialize(self, key: str, data: bytes, shaped: Shaped) -> Any:
         try:
             return pickled.load_compiled(
                 data,
-                self.in_tree,
-                self.exported.out_tree,
+                shaped.in_tree,
+                shaped.out_tree,
                 self.device.client,
                 [self.device],
                 committed=False,
@@ -172,11 +206,13 @@ class Executables:
                 self.cache.discard(key, error, module=self.module, function=self.qualname)
             return None
 
-    def _compile(self, signature: Signature) -> Any:
-        shapes = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in signature]
+    def _compile(self, shaped: Shaped) -> Any:
+        function = jax.jit(
+            self.serve, static_argnums=self.static_argnums, static_argnames=self.static_argnames
+        )
         try:
             with unstaged.staging():
-                return jax.jit(self.exported.call).lower(*shapes).compile()
+                return function.lower(*shaped.args, **shaped.kwargs).compile()
         except Exception as error:
             lines = str(error).splitlines() or [""]
             raise CompileRefused(f"{type(error).__name__}: {lines[0]}") from error

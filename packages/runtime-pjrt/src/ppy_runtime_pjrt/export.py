@@ -9,9 +9,11 @@ returns a ``StagedFunction``.
 A ``StagedFunction`` is bound as a dispatcher of jax's own: a call of a
 signature and configuration it has served before costs what a jitted call
 costs, in C++. Anything else reaches ``StagedFunction.miss``: the
-configuration is checked (``conditions.Conditions``), then the arguments
+configuration is checked (``conditions.Conditions``), the call is bound to
+the signature and its static values pick a variant (``calls.Calls``), its
+pytree structure is compared with the build's, its leaves are checked
 (``guard.Guard``), then the values the trace read; then an executable is
-loaded for the signature, or the original is called and the reason recorded.
+loaded for the call, or the original is called and the reason recorded.
 """
 
 from __future__ import annotations
@@ -19,17 +21,22 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ppy.entry import Entry
-from ppy.fingerprint import python_function
+from ppy.fingerprint import Unreadable, python_function
 from ppy.jax_window import outside_window
-from ppy.kinds import JaxExport, KindError
+from ppy.kinds import JaxExport, KindError, Variant
+from ppy.pytrees import Unrebuildable, rebuild, structure
 from ppy.runtime import ORIGINAL, NotBound
 
 from ppy_runtime_pjrt import unstaged
+from ppy_runtime_pjrt.calls import Bound, Calls
 from ppy_runtime_pjrt.conditions import Conditions
 from ppy_runtime_pjrt.guard import Fallback, Guard, Signature
+
+if TYPE_CHECKING:
+    from ppy_runtime_pjrt.compile import Executables
 
 __all__ = ["CallStats", "ExportRuntime", "StagedFunction"]
 
@@ -60,39 +67,85 @@ class CallStats:
     executables: dict[Signature, str] = field(default_factory=dict)
 
 
+class Staged:
+    """One variant of an entry in this process: its export, guard and executables.
+
+    ``in_tree`` is the build's ``ppy.pytrees.structure`` of the traced
+    parameters; ``trees`` holds each call structure that matched it, with
+    the output tree it gives, so the digest is computed once per structure.
+    """
+
+    def __init__(self, variant: Variant, exported: Any, guard: Guard, module: str) -> None:
+        self.variant = variant
+        self.exported = exported
+        self.guard = guard
+        self.module = module
+        self.trees: dict[Any, Any] = {}
+        self.executables: Executables | None = None
+
+    def out_tree(self, in_tree: Any) -> Any | Fallback:
+        """The output tree for traced inputs of ``in_tree``, or why they do not match."""
+        import jax
+
+        known = self.trees.get(in_tree)
+        if known is not None:
+            return known
+        try:
+            now = structure(in_tree, main=self.module)
+        except Unreadable as error:
+            return Fallback("tree", f"the inputs' tree cannot be compared: {error}")
+        if now != self.variant.in_tree:
+            return Fallback("tree", f"the inputs are a {in_tree}, another tree than the build's")
+        try:
+            out = rebuild(
+                self.variant.out_tree,
+                in_tree,
+                unflatten=jax.tree_util.tree_unflatten,
+                structure_of=jax.tree_util.tree_structure,
+                main=self.module,
+            )
+        except Unrebuildable as error:
+            return Fallback("tree", str(error))
+        self.trees[in_tree] = out
+        return out
+
+
 class StagedFunction:
-    """The state behind one bound function: its guard, conditions, executables and stats.
+    """The state behind one bound function: its variants, conditions, executables and stats.
 
     What is bound in the original's place is ``StagedFunction.callable()``:
     a dispatcher of jax's own (``compile.dispatcher``), the C++ function a
     jitted call goes through, with ``miss`` as what it calls for any call it
-    has not cached. jax keys that cache by each argument's type, shape,
-    dtype, weak type, sharding and commitment, and by its trace context (the
-    configuration that changes a trace), so a call of a signature and a
-    configuration ``miss`` once staged costs what a jitted call costs, and
-    anything new comes back to ``miss``: a fallback is never cached, and
-    goes to the original every time. Calling the instance works too (the
-    Python path, ``slow``); tests and tools may use either.
+    has not cached. jax keys that cache by each argument's pytree structure,
+    type, shape, dtype, weak type, sharding and commitment, by the static
+    arguments and by its trace context (the configuration that changes a
+    trace), so a call of a signature and a configuration ``miss`` once
+    staged costs what a jitted call costs, and anything new comes back to
+    ``miss``: a fallback is never cached, and goes to the original every
+    time. Calling the instance works too (the Python path, ``slow``); tests
+    and tools may use either.
     """
 
     def __init__(
         self,
         original: Callable[..., Any],
         *,
-        guard: Guard,
-        loader: Any,
+        calls: Calls,
+        variants: dict[Any, Staged],
+        load: Callable[[Staged], Executables],
         module: str,
         qualname: str,
         conditions: Conditions,
     ) -> None:
         self.original = original
-        self.guard = guard
+        self.calls = calls
+        self.variants = variants
+        self._load = load
         self.conditions = conditions
-        self.loader = loader
         self.module = module
         self.qualname = qualname
-        #: Concrete signature -> the executable's call.
-        self.executables: dict[Signature, Callable[..., Any]] = {}
+        #: (variant, call structure, leaf signature) -> the executable's call.
+        self.executables: dict[tuple[Any, ...], Callable[..., Any]] = {}
         self.seen: set[str] = set()
         self.stats = CallStats()
 
@@ -108,7 +161,13 @@ class StagedFunction:
 
         function = python_function(self.original) or self.original
         # Under jax.disable_jit the dispatcher calls ``function``, as jit does.
-        bound = dispatcher(self.qualname, function, self.miss)
+        bound = dispatcher(
+            self.qualname,
+            function,
+            self.miss,
+            self.calls.static_argnums,
+            self.calls.static_argnames,
+        )
         if bound is None:  # a jax without the dispatcher: the Python path
 
             def bound(*args: Any, **kwargs: Any) -> Any:
@@ -128,22 +187,47 @@ class StagedFunction:
         setattr(bound, ORIGINAL, self.original)
         return bound
 
-    def route(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[..., Any] | Fallback:
+    def route(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Route | Fallback:
         """What serves this call: a staged executable, or why the original does."""
+        import jax
+
         configured = self.conditions.configuration()
         if configured is not None:
             return configured
-        checked = self.guard.check(args, kwargs)
+        bound = self.calls.bind(args, kwargs)
+        if isinstance(bound, Fallback):
+            return bound
+        try:
+            staged = self.variants.get(bound.static)
+        except TypeError:  # an unhashable static value: jit refuses it too
+            staged = None
+        if staged is None:
+            pairs = zip(self.calls.static, bound.static, strict=True)
+            shown = ", ".join(f"{name}={value!r}" for name, (_, value) in pairs)
+            return Fallback("static", f"{shown} is not among the values staged")
+        leaves, in_tree = jax.tree_util.tree_flatten(bound.traced)
+        out_tree = staged.out_tree(in_tree)
+        if isinstance(out_tree, Fallback):
+            return out_tree
+        checked = staged.guard.check(leaves)
         if isinstance(checked, Fallback):
             return checked
-        return self._executable(checked)
+        # Where jit would trace (a new signature or configuration), and read
+        # the globals again.
+        captured = self.conditions.captured()
+        if captured is not None:
+            return captured
+        call = self._executable(staged, bound, out_tree, checked)
+        if isinstance(call, Fallback):
+            return call
+        return Route(call, bound.args, bound.kwargs)
 
     def slow(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A call through Python: routed, then served."""
         route = self.route(args, kwargs)
         if isinstance(route, Fallback):
             return self._fall_back(route, args, kwargs)
-        return route(*args)
+        return route.call(*route.args, **route.kwargs)
 
     def miss(self, *args: Any, **kwargs: Any) -> tuple[Any, Any, bool]:
         """A call jax's dispatcher had not cached: (outputs, what to cache
@@ -151,27 +235,39 @@ class StagedFunction:
         route = self.route(args, kwargs)
         if isinstance(route, Fallback):
             return self._fall_back(route, args, kwargs), None, False
-        jax_miss = getattr(route, "_cache_miss", None)
+        jax_miss = getattr(route.call, "_cache_miss", None)
         if jax_miss is None:  # a Compiled with no C++ call of its own
-            return route(*args), None, False
-        return jax_miss(*args)  # type: ignore[no-any-return]
+            return route.call(*route.args, **route.kwargs), None, False
+        return jax_miss(*route.args, **route.kwargs)  # type: ignore[no-any-return]
 
-    def _executable(self, signature: Signature) -> Callable[..., Any] | Fallback:
-        # Where jit would trace (a new signature or configuration), and read
-        # the globals again.
-        captured = self.conditions.captured()
-        if captured is not None:
-            return captured
-        call = self.executables.get(signature)
+    def _executable(
+        self, staged: Staged, bound: Bound, out_tree: Any, signature: Signature
+    ) -> Callable[..., Any] | Fallback:
+        import jax
+
+        from ppy_runtime_pjrt.compile import CompileRefused, Shaped
+
+        shapes = jax.tree_util.tree_map(_shape_of, (bound.args, bound.kwargs))
+        call_tree = jax.tree_util.tree_structure(shapes)
+        key = (bound.static, call_tree, signature)
+        call = self.executables.get(key)
         if call is not None:
             return call
-        from ppy_runtime_pjrt.compile import CompileRefused
-
+        if staged.executables is None:
+            staged.executables = self._load(staged)
+        shaped = Shaped(
+            structure=structure(call_tree, main=self.module),
+            in_tree=call_tree,
+            out_tree=out_tree,
+            signature=signature,
+            args=shapes[0],
+            kwargs=shapes[1],
+        )
         try:
-            call, source = self.loader.load(signature)
+            call, source = staged.executables.load(shaped)
         except CompileRefused as error:
             return Fallback("compile", f"the export does not compile for these shapes: {error}")
-        self.executables[signature] = call
+        self.executables[key] = call
         self.stats.executables[signature] = source
         return call
 
@@ -188,6 +284,24 @@ class StagedFunction:
                 reason=verdict.detail,
             )
         return self.original(*args, **kwargs)
+
+
+@dataclass(frozen=True)
+class Route:
+    """A staged call: the executable and what it is given (the call less its statics)."""
+
+    call: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+def _shape_of(leaf: Any) -> Any:
+    """An array leaf as jit lowers it: its shape and dtype; anything else as it is."""
+    import jax
+
+    if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+        return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype)  # type: ignore[no-untyped-call]
+    return leaf
 
 
 #: What a jitted function offers besides being called; the bound function
@@ -236,15 +350,14 @@ def _platform_reason(entry: Entry, exported: Any) -> str | None:
     )
 
 
-def _check_description(entry: Entry, exported: Any) -> None:
-    """The entry's inputs must be the export's, or the guard would lie."""
+def _check_description(variant: Variant, exported: Any) -> None:
+    """The variant's inputs must be the export's, or the guard would lie."""
     import jax
 
-    if exported.in_tree != jax.tree_util.tree_structure((tuple(range(len(entry.inputs))), {})):
-        raise NotBound(
-            f"the export takes {exported.in_tree}, not {len(entry.inputs)} positional arrays"
-        )
-    for index, (spec, aval) in enumerate(zip(entry.inputs, exported.in_avals, strict=True)):
+    arity = len(variant.inputs)
+    if exported.in_tree != jax.tree_util.tree_structure((tuple(range(arity)), {})):
+        raise NotBound(f"the export takes {exported.in_tree}, not {arity} positional arrays")
+    for index, (spec, aval) in enumerate(zip(variant.inputs, exported.in_avals, strict=True)):
         dims = tuple(aval.shape)
         dtype = str(aval.dtype)
         fixed_agree = all(
@@ -270,9 +383,6 @@ class ExportRuntime:
         unstaged.uninstall()
 
     def bind(self, entry: Entry, original: Callable[..., Any]) -> Callable[..., Any]:
-        import jax
-        import numpy
-        from jax._src.array import ArrayImpl
         from ppy.cache import ExecutableCache
 
         from ppy_runtime_pjrt.compile import Executables
@@ -284,9 +394,63 @@ class ExportRuntime:
         outside = outside_window(contract.jaxlib_version, _jaxlib_version())
         if outside is not None:
             raise NotBound(f"{outside}; rebuild the artifact with this jax (`ppy build`)")
-        blob = contract.export
+        function = python_function(original) or original
         try:
-            exported = jax.export.deserialize(bytearray(blob))
+            calls = Calls(function, contract.traced, contract.static)
+        except (TypeError, ValueError) as error:
+            raise NotBound(f"the function's signature is not the build's: {error}") from error
+        variants = {
+            Calls.key([v.static[name] for name in contract.static]): self._variant(
+                entry, contract, v
+            )
+            for v in contract.variants
+        }
+        if self._cache is None:
+            cache: ExecutableCache | None = ExecutableCache()
+        else:
+            cache = self._cache or None
+        if cache is not None:
+            unstaged.install(cache.unstaged())
+
+        def load(staged: Staged) -> Executables:
+            def serve(*args: Any, **kwargs: Any) -> Any:
+                import jax
+
+                bound = calls.bind(args, kwargs)
+                assert not isinstance(bound, Fallback), bound
+                leaves, in_tree = jax.tree_util.tree_flatten(bound.traced)
+                outs = staged.exported.call(*leaves)
+                return jax.tree_util.tree_unflatten(staged.trees[in_tree], outs)
+
+            return Executables(
+                staged.exported,
+                payload=staged.variant.export,
+                cache=cache,
+                module=entry.module,
+                qualname=entry.qualname,
+                serve=functools.wraps(function)(serve),
+                static_argnums=calls.static_argnums,
+                static_argnames=calls.static_argnames,
+            )
+
+        staged = StagedFunction(
+            original,
+            calls=calls,
+            variants=variants,
+            load=load,
+            module=entry.module,
+            qualname=entry.qualname,
+            conditions=Conditions(original, contract.captures, dict(contract.trace_config)),
+        )
+        return staged.callable()
+
+    def _variant(self, entry: Entry, contract: JaxExport, variant: Variant) -> Staged:
+        import jax
+        import numpy
+        from jax._src.array import ArrayImpl
+
+        try:
+            exported = jax.export.deserialize(bytearray(variant.export))
         except Exception as error:
             raise NotBound(
                 f"jax {jax.__version__} cannot read this export (written by jax "
@@ -303,31 +467,14 @@ class ExportRuntime:
         reason = _platform_reason(entry, exported)
         if reason is not None:
             raise NotBound(reason)
-        _check_description(entry, exported)
-        if self._cache is None:
-            cache: ExecutableCache | None = ExecutableCache()
-        else:
-            cache = self._cache or None
-        if cache is not None:
-            unstaged.install(cache.unstaged())
+        _check_description(variant, exported)
         try:
             guard = Guard(
-                entry.inputs,
-                [jax.numpy.dtype(spec.dtype) for spec in entry.inputs],
+                variant.inputs,
+                [jax.numpy.dtype(spec.dtype) for spec in variant.inputs],
                 array_types=(ArrayImpl, numpy.ndarray),
                 tracer_type=jax.core.Tracer,
             )
         except ValueError as error:
             raise NotBound(f"the input description does not read: {error}; rebuild") from error
-        loader = Executables(
-            exported, payload=blob, cache=cache, module=entry.module, qualname=entry.qualname
-        )
-        staged = StagedFunction(
-            original,
-            guard=guard,
-            loader=loader,
-            module=entry.module,
-            qualname=entry.qualname,
-            conditions=Conditions(original, contract.captures, dict(contract.trace_config)),
-        )
-        return staged.callable()
+        return Staged(variant, exported, guard, entry.module)

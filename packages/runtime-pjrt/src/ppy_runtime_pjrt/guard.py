@@ -1,21 +1,22 @@
-"""The run-time guard: does a call match what was staged, and if not, why.
+"""The run-time guard: do a call's array leaves match what was staged, and if not, why.
 
-The staged path is only for positional arrays (concrete ``jax.Array`` or
-``numpy.ndarray``) whose rank, fixed dims and dtype match the entry's input
-description and whose symbolic dims fit one value of each symbol across
-arguments (``dims.solve``: ``B`` binds it, ``2*B`` or ``B + 1`` is checked
-against it or solved for it). Everything else goes to the original function
-with a ``Fallback`` that says why.
+A call is first bound to the function's signature and its pytrees checked
+(``calls``); what reaches this guard is the leaves, in order. The staged
+path is only for concrete ``jax.Array`` or ``numpy.ndarray`` leaves whose
+rank, fixed dims and dtype match the entry's input description and whose
+symbolic dims fit one value of each symbol across the leaves
+(``dims.solve``: ``B`` binds it, ``2*B`` or ``B + 1`` is checked against it
+or solved for it). Everything else goes to the original function with a
+``Fallback`` that says why.
 
 This module is the slow path: it runs once per new call signature (and on
-every call that falls back). The steady-state check is a dict lookup in
-``export.StagedFunction``; a signature gets into that dict only after
-``Guard.check`` accepted it.
+every call that falls back). The steady-state check is jax's own
+dispatcher, which serves a signature only after ``Guard.check`` accepted it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +36,9 @@ _SCALARS = (bool, int, float, complex)
 class Fallback:
     """Why one call went to the original: a stable category and a sentence."""
 
-    #: keywords, tracer, scalar, list, type, count, rank, dim, dtype, symbolic
+    #: signature (the call does not bind, or leaves an input to its default),
+    #: static (a static value that was not staged), tree (another pytree
+    #: structure), tracer, scalar, list, type, count, rank, dim, dtype, symbolic
     #: (no one value of a symbol fits), size (a symbolic dim below 1, or a size
     #: its expression cannot have, as 5 for ``2*B``), device (committed to a
     #: device, or sharded), compile (the export refused the shape), config
@@ -74,20 +77,15 @@ class Guard:
             for spec in self.specs
         )
 
-    def check(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Signature | Fallback:
-        """The call's signature if it may take the staged path, else why not."""
-        if kwargs:
-            names = ", ".join(sorted(kwargs))
-            return Fallback("keywords", f"called with keyword arguments ({names})")
+    def check(self, args: Sequence[Any]) -> Signature | Fallback:
+        """The leaves' signature if they may take the staged path, else why not."""
         for index, arg in enumerate(args):
             if isinstance(arg, self.tracer_type):
-                return Fallback(
-                    "tracer",
-                    f"argument {index} is a tracer (called inside jit, grad or vmap)",
-                )
+                name = _name(self.specs[index], index) if index < len(self.specs) else "an input"
+                return Fallback("tracer", f"{name} is a tracer (called inside jit, grad or vmap)")
         if len(args) != len(self.specs):
             return Fallback(
-                "count", f"called with {len(args)} arguments, staged for {len(self.specs)}"
+                "count", f"called with {len(args)} arrays, staged for {len(self.specs)}"
             )
         uses: list[Use] = []
         signature = []

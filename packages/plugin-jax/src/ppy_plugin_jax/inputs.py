@@ -1,0 +1,182 @@
+"""What a staged function's inputs look like, as abstract values the export traces with.
+
+Discovery reads each parameter's description from the source
+(``ppy.source.Parameter``); ``describe`` turns it into JSON for the worker,
+and the worker turns that into an abstract value (``abstract``): a
+``jax.ShapeDtypeStruct`` for an array, or a pytree of them:
+
+- ``ppy.Like(example)``: ``jax.eval_shape(example)``, so building the
+  example spends no FLOPs and no memory;
+- a class whose fields are described (a ``NamedTuple``, a ``TypedDict``, a
+  dataclass jax flattens): an instance with each field's abstract value.
+  The class's fields are read from its source, in whichever project module
+  defines it, by the same discovery that read the function.
+
+Symbolic dims share one scope per function, across every parameter and
+field. This module imports jax only inside the functions the worker calls.
+"""
+
+from __future__ import annotations
+
+import sys
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from ppy.source import ClassInfo, Parameter
+
+__all__ = ["Undescribed", "abstract", "describe"]
+
+
+class Undescribed(Exception):
+    """An input the worker cannot build an abstract value for: the rule and why."""
+
+    def __init__(self, rule: str, reason: str) -> None:
+        super().__init__(reason)
+        self.rule = rule
+        self.reason = reason
+
+
+def describe(parameter: Parameter, static: bool = False) -> dict[str, Any]:
+    """A parameter's description as the worker reads it (JSON)."""
+    spec = parameter.spec
+    array = None
+    if spec.shape is not None and spec.dtype is not None:
+        array = {"dims": list(spec.shape), "dtype": spec.dtype, "ppy": not spec.jaxtyping}
+    return {
+        "name": parameter.name,
+        "kind": parameter.kind,
+        "static": static,
+        "choices": list(parameter.choices) if parameter.choices is not None else None,
+        "array": array,
+        "like": parameter.like,
+        "tree": parameter.tree,
+        "has_default": parameter.has_default,
+    }
+
+
+def abstract(
+    fn_globals: dict[str, Any], params: list[dict[str, Any]], root: str
+) -> tuple[dict[str, Any], dict[int, list[int | str]]]:
+    """Each traced parameter's abstract value, by name; and the dims as the
+    source wrote them (``"B+1"``, where jax would print ``B + 1``) of each
+    leaf described by an annotation, by the leaf's ``id``."""
+    from jax import export
+
+    builder = _Builder(export.SymbolicScope(), Path(root).resolve())
+    values = {p["name"]: builder.value(p, fn_globals, p["name"]) for p in params if not p["static"]}
+    return values, builder.written
+
+
+class _Builder:
+    def __init__(self, scope: Any, root: Path) -> None:
+        self.scope = scope
+        self.root = root
+        self.written: dict[int, list[int | str]] = {}
+
+    def value(self, desc: dict[str, Any], names: dict[str, Any], where: str) -> Any:
+        if desc.get("array") is not None:
+            return self.array(desc["array"])
+        if desc.get("like") is not None:
+            return self.like(desc["like"], names, where)
+        if desc.get("tree") is not None:
+            return self.tree(desc["tree"], names, where)
+        raise Undescribed("missing-shape", f"{where} is not described")
+
+    def array(self, array: dict[str, Any]) -> Any:
+        import jax
+        import jax.numpy as jnp
+        from jax import export
+
+        dims = array["dims"]
+        shape: Any = tuple(dims)
+        if any(isinstance(d, str) for d in dims):
+            shape = export.symbolic_shape(", ".join(str(d) for d in dims), scope=self.scope)
+        leaf = jax.ShapeDtypeStruct(shape, jnp.dtype(array["dtype"]))  # type: ignore[no-untyped-call]
+        self.written[id(leaf)] = list(dims)
+        return leaf
+
+    def like(self, name: str, names: dict[str, Any], where: str) -> Any:
+        import jax
+
+        example = names.get(name)
+        if not callable(example):
+            raise Undescribed(
+                "invalid-spec",
+                f"{where}: ppy.Like({name}) names no function of the module "
+                f"({type(example).__name__ if name in names else 'undefined'})",
+            )
+        shapes = jax.eval_shape(example)
+        return jax.tree_util.tree_map(
+            lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype),  # type: ignore[no-untyped-call]
+            shapes,
+        )
+
+    def tree(self, written: str, names: dict[str, Any], where: str) -> Any:
+        import jax
+
+        head, *rest = written.split(".")
+        kind: Any = names.get(head)
+        for part in rest:
+            kind = getattr(kind, part, None)
+        if not isinstance(kind, type):
+            raise Undescribed(
+                "missing-shape",
+                f"{where} is annotated {written}, which is not a class the build can read; "
+                "describe it with Annotated[Any, ppy.Like(example)]",
+            )
+        info = self.class_info(kind)
+        label = f"{kind.__qualname__}"
+        if info is None:
+            raise Undescribed(
+                "missing-shape",
+                f"{where} is a {kind.__module__}.{label}, which is not defined in this project, "
+                "so its fields cannot be read; describe it with Annotated[Any, ppy.Like(example)]",
+            )
+        if info.form is None:
+            raise Undescribed(
+                "missing-shape",
+                f"{where} is a {label}, which is not a NamedTuple, TypedDict or dataclass; "
+                "describe it with Annotated[Any, ppy.Like(example)]",
+            )
+        field_names = vars(sys.modules[kind.__module__])
+        values: dict[str, Any] = {}
+        for field in info.fields:
+            at = f"{where}.{field.name}"
+            if field.described:
+                values[field.name] = self.value(describe(field), field_names, at)
+            elif field.spec.problems:
+                raise Undescribed("invalid-spec", "; ".join(field.spec.problems))
+            elif not field.has_default:
+                raise Undescribed(
+                    "missing-shape",
+                    f"field {label}.{field.name} of {where} is not described; annotate it as "
+                    "Annotated[jax.Array, ppy.Shape(...), ppy.DType(...)], with jaxtyping, or "
+                    "as a described class",
+                )
+        instance = dict(values) if info.form == "typeddict" else kind(**values)
+        leaves = jax.tree_util.tree_leaves(instance)
+        if len(leaves) == 1 and leaves[0] is instance:
+            raise Undescribed(
+                "missing-shape",
+                f"{where} is a {label}, a dataclass jax does not flatten; register it with "
+                "jax.tree_util.register_dataclass or flax.struct.dataclass",
+            )
+        return instance
+
+    def class_info(self, kind: type) -> ClassInfo | None:
+        module = sys.modules.get(kind.__module__)
+        filename = getattr(module, "__file__", None)
+        if filename is None:
+            return None
+        path = Path(filename).resolve()
+        if not path.is_relative_to(self.root):
+            return None
+        return _classes(str(self.root), str(path)).get(kind.__qualname__)
+
+
+@lru_cache(maxsize=64)
+def _classes(root: str, path: str) -> dict[str, ClassInfo]:
+    from ppy.discovery import discover_module
+
+    return discover_module(Path(root), Path(path)).classes
