@@ -64,10 +64,16 @@ def _use_pyenv(versions: list[str]) -> None:
 _use_pyenv(PYTHONS)
 
 
+#: The model libraries real programs use; tests and examples only, never ppy's own.
+MODEL_LIBRARIES = ("flax", "optax", "equinox", "jaxtyping")
+
+
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
     # setuptools: tests install fixture plugins with pip's --target, no isolation.
-    session.install(*PACKAGES, "pytest", "pytest-xdist", "hypothesis", "setuptools>=68")
+    session.install(
+        *PACKAGES, *MODEL_LIBRARIES, "pytest", "pytest-xdist", "hypothesis", "setuptools>=68"
+    )
     session.run("pytest", "-n", "2", *session.posargs)
 
 

@@ -79,7 +79,8 @@ class Calls:
                 "signature",
                 f"{', '.join(left)} left to its default, which the export does not take",
             )
-        bound.apply_defaults()
+        bound.apply_defaults()  # a static parameter left out takes its default, as in jit
+        arguments = bound.arguments
         static = self.key([arguments[name] for name in self.static])
         numbers = self.static_argnums
         names = self.static_argnames

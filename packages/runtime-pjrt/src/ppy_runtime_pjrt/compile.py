@@ -119,7 +119,8 @@ class Shaped:
     #: The tree of the output.
     out_tree: Any
     signature: Signature
-    #: The call's arguments, each array leaf as its ``ShapeDtypeStruct``.
+    #: The call's arguments as it was made (static ones too), each array
+    #: leaf as its ``ShapeDtypeStruct``: what jit lowers.
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
 

@@ -217,7 +217,7 @@ class StagedFunction:
         captured = self.conditions.captured()
         if captured is not None:
             return captured
-        call = self._executable(staged, bound, out_tree, checked)
+        call = self._executable(staged, bound, out_tree, checked, (args, kwargs))
         if isinstance(call, Fallback):
             return call
         return Route(call, bound.args, bound.kwargs)
@@ -241,14 +241,20 @@ class StagedFunction:
         return jax_miss(*route.args, **route.kwargs)  # type: ignore[no-any-return]
 
     def _executable(
-        self, staged: Staged, bound: Bound, out_tree: Any, signature: Signature
+        self,
+        staged: Staged,
+        bound: Bound,
+        out_tree: Any,
+        signature: Signature,
+        given: tuple[tuple[Any, ...], dict[str, Any]],
     ) -> Callable[..., Any] | Fallback:
+        """The executable for this call: ``bound`` less its statics is what it
+        takes; ``given``, the call as made, is what jit lowers."""
         import jax
 
         from ppy_runtime_pjrt.compile import CompileRefused, Shaped
 
-        shapes = jax.tree_util.tree_map(_shape_of, (bound.args, bound.kwargs))
-        call_tree = jax.tree_util.tree_structure(shapes)
+        call_tree = jax.tree_util.tree_structure((bound.args, bound.kwargs))
         key = (bound.static, call_tree, signature)
         call = self.executables.get(key)
         if call is not None:
@@ -260,8 +266,8 @@ class StagedFunction:
             in_tree=call_tree,
             out_tree=out_tree,
             signature=signature,
-            args=shapes[0],
-            kwargs=shapes[1],
+            args=jax.tree_util.tree_map(_shape_of, given[0]),
+            kwargs=jax.tree_util.tree_map(_shape_of, given[1]),
         )
         try:
             call, source = staged.executables.load(shaped)
