@@ -48,7 +48,11 @@ SAMPLES: dict[str, tuple[str, str]] = {
         "from functools import partial\n"
         f"@partial(jax.jit, donate_argnums=0)\ndef score({X}):\n    return x\n",
     ),
-    "parameter-kind": (GRANTED, f"@jax.jit\ndef score({X}, *, scale):\n    return x\n"),
+    "parameter-kind": (GRANTED, f"@jax.jit\ndef score({X}, *rest):\n    return x\n"),
+    "library-jit": (
+        GRANTED,
+        "import equinox as eqx\n@eqx.filter_jit\ndef score(model, x):\n    return model(x)\n",
+    ),
     "scope": (
         GRANTED,
         f"class Model:\n    @jax.jit\n    def score(self, {X}):\n        return x\n",

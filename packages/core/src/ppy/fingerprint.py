@@ -62,10 +62,21 @@ class Unreadable(Exception):
     """The value has no fingerprint; the message says why, in the user's words."""
 
 
-def fingerprint(value: Any, *, limit: int = DEFAULT_LIMIT, flatten: Flatten | None = None) -> str:
-    """``sha256:HEX`` of the value's canonical text; ``Unreadable`` when it has none."""
+def fingerprint(
+    value: Any,
+    *,
+    limit: int = DEFAULT_LIMIT,
+    flatten: Flatten | None = None,
+    main: str | None = None,
+) -> str:
+    """``sha256:HEX`` of the value's canonical text; ``Unreadable`` when it has none.
+
+    ``main`` is the name the program's own module had at build time: under
+    ``ppy run`` it runs as ``__main__``, and a class or function of it is
+    named as it was when the build imported it.
+    """
     digest = hashlib.sha256()
-    _Writer(digest, limit, flatten).write(value, 0)
+    _Writer(digest, limit, flatten, main).write(value, 0)
     return f"sha256:{digest.hexdigest()}"
 
 
@@ -75,10 +86,17 @@ def _name(thing: Any) -> str:
 
 
 class _Writer:
-    def __init__(self, digest: Any, limit: int, flatten: Flatten | None) -> None:
+    def __init__(self, digest: Any, limit: int, flatten: Flatten | None, main: str | None) -> None:
         self.digest = digest
         self.limit = limit
         self.flatten = flatten
+        self.main = main
+
+    def name(self, thing: Any) -> str:
+        name = _name(thing)
+        if self.main is not None and name.startswith("__main__."):
+            name = f"{self.main}.{name.removeprefix('__main__.')}"
+        return name
 
     def text(self, *parts: str) -> None:
         for part in parts:
@@ -93,13 +111,13 @@ class _Writer:
         if isinstance(value, _PLAIN):
             self.text(kind.__name__, repr(value))
         elif isinstance(value, enum.Enum):
-            self.text("enum", _name(kind), value.name)
+            self.text("enum", self.name(kind), value.name)
         elif _is_array(value):
             self.array(value)
         elif isinstance(value, types.ModuleType):
             self.text("module", value.__name__)
         elif isinstance(value, type):
-            self.text("class", _name(value))
+            self.text("class", self.name(value))
         elif isinstance(value, functools.partial):
             self.text("partial")
             for part in (value.func, value.args, value.keywords):
@@ -107,32 +125,37 @@ class _Writer:
         elif isinstance(value, types.FunctionType):
             self.function(value, depth)
         elif callable(value) and python_function(value) is not None:  # jax.jit(f), wraps
-            self.text("wraps", _name(kind))
+            self.text("wraps", self.name(kind))
             self.function(python_function(value), depth)  # type: ignore[arg-type]
         elif isinstance(value, types.BuiltinFunctionType | types.MethodType):
-            self.text("callable", _name(value))
+            self.text("callable", self.name(value))
             self.write(getattr(value, "__self__", None), depth + 1)
         elif _is_dtype(value):
             self.text("dtype", str(value))
         elif (isinstance(value, tuple | list) and kind in (tuple, list)) or _is_namedtuple(value):
-            self.text(_name(kind), str(len(value)))
+            self.text(self.name(kind), str(len(value)))
             for item in value:
                 self.write(item, depth + 1)
         elif isinstance(value, dict) and kind is dict:
             self.mapping(value, depth)
         elif isinstance(value, Mapping):  # os.environ: its items, in key order
-            self.text("mapping", _name(kind))
+            self.text("mapping", self.name(kind))
             self.mapping(dict(sorted(value.items())), depth)
         elif isinstance(value, frozenset | set) and kind in (frozenset, set):
-            items = sorted(fingerprint(v, limit=self.limit, flatten=self.flatten) for v in value)
+            items = sorted(
+                fingerprint(v, limit=self.limit, flatten=self.flatten, main=self.main)
+                for v in value
+            )
             self.text(kind.__name__, *items)
         elif dataclasses.is_dataclass(value):
-            self.text("dataclass", _name(kind))
+            self.text("dataclass", self.name(kind))
             for field in dataclasses.fields(value):
                 self.text(field.name)
                 self.write(getattr(value, field.name), depth + 1)
+        elif _is_treedef(value):  # jax's PyTreeDef: flax.nnx's GraphDef is one
+            self.treedef(value, depth)
         elif _stateless(value):  # a sentinel, such as equinox's MISSING
-            self.text("instance", _name(kind))
+            self.text("instance", self.name(kind))
             for base in kind.__mro__[:-1]:  # what it reads from its class
                 for name, item in vars(base).items():
                     if not name.startswith("__") and not _behaviour(item):
@@ -148,7 +171,7 @@ class _Writer:
             self.write(item, depth + 1)
 
     def function(self, value: types.FunctionType, depth: int) -> None:
-        self.text("function", _name(value))
+        self.text("function", self.name(value))
         wrapped = getattr(value, "__wrapped__", None)
         if wrapped is not None and wrapped is not value:
             self.write(wrapped, depth + 1)
@@ -160,6 +183,21 @@ class _Writer:
             except ValueError:  # an empty cell: a name assigned later
                 contents = None
             self.write(contents, depth + 1)
+
+    def treedef(self, value: Any, depth: int) -> None:
+        """A tree structure: each node's class and metadata, then its children."""
+        if depth > _DEPTH:
+            raise Unreadable("it nests too deep to compare")
+        data = value.node_data()
+        if data is None:
+            self.text("leaf")
+            return
+        kind, aux = data
+        children = value.children()
+        self.text("node", self.name(kind), str(len(children)))
+        self.write(aux, depth + 1)
+        for child in children:
+            self.treedef(child, depth + 1)
 
     def array(self, value: Any) -> None:
         import numpy as np
@@ -185,7 +223,7 @@ class _Writer:
                 for leaf in leaves:
                     self.write(leaf, depth + 1)
                 return
-        raise Unreadable(f"ppy cannot compare values of type {_name(type(value))}")
+        raise Unreadable(f"ppy cannot compare values of type {self.name(type(value))}")
 
 
 def _is_array(value: Any) -> bool:
@@ -195,6 +233,11 @@ def _is_array(value: Any) -> bool:
         and hasattr(value, "dtype")
         and hasattr(value, "shape")
     )
+
+
+def _is_treedef(value: Any) -> bool:
+    kind = type(value)
+    return kind.__name__ == "PyTreeDef" and kind.__module__.startswith("jax")
 
 
 def _stateless(value: Any) -> bool:

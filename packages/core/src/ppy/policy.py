@@ -24,6 +24,8 @@ __all__ = ["RULES", "decide", "decide_module", "signature", "stageable_decorator
 #: Rule id -> what it checks, in the order rules decide. A plugin's own rules
 #: (``Plugin.check``) come after these, under the ids the plugin gives them.
 RULES: Final[Mapping[str, str]] = {
+    "library-jit": "the function is jitted by jax.jit, not by a model library's own jit "
+    "(eqx.filter_jit, nnx.jit), which splits its arguments at each call",
     "no-plugin": "a plugin that stages the decorator is installed",
     "build-execution": (
         'the project allows running its code at build time ([tool.ppy] build-execution = "allow")'
@@ -44,12 +46,32 @@ RULES: Final[Mapping[str, str]] = {
 
 _NOUNS: Final[Mapping[str, str]] = {"exported": "export", "compiled": "compilation"}
 
+#: Model libraries' own jits: never staged, always listed, with the jax.jit
+#: pattern that stages the same computation. Decorator -> (what it does, remedy).
+LIBRARY_JITS: Final[Mapping[str, tuple[str, str]]] = {
+    "equinox.filter_jit": (
+        "@eqx.filter_jit splits its arguments into arrays and static Python values at "
+        "each call, and a fixed export cannot hold the static part",
+        "stage the array part with jax.jit: params, static = eqx.partition(model, "
+        "eqx.is_array) once; a @jax.jit function of params, described as "
+        "Annotated[Any, ppy.Like(example)], that calls eqx.combine(params, static)",
+    ),
+    "flax.nnx.jit": (
+        "@nnx.jit splits its Module arguments into a graph and a state at each call, and "
+        "a fixed export cannot hold the graph",
+        "stage the state with jax.jit: graphdef, state = nnx.split(model) once; a "
+        "@jax.jit function of state, described as Annotated[Any, ppy.Like(example)], "
+        "that calls nnx.merge(graphdef, state)",
+    ),
+}
+
 
 def stageable_decorator(function: FunctionInfo, plugins: Mapping[str, Plugin]) -> str | None:
     """The first decorator an installed plugin stages, or that core knows, else None."""
     for decorator in function.decorators:
-        if decorator.name in plugins or decorator.name in KNOWN_DECORATORS:
-            return decorator.name
+        name = decorator.name
+        if name in plugins or name in KNOWN_DECORATORS or name in LIBRARY_JITS:
+            return name
     return None
 
 
@@ -282,9 +304,15 @@ def decide(
     if decorator is None:
         return None
     plugin = plugins.get(decorator)
-    if plugin is None:
-        name, distribution = KNOWN_DECORATORS[decorator]
+    if decorator in LIBRARY_JITS and plugin is None:
+        reason, remedy = LIBRARY_JITS[decorator]
         trail: tuple[Check, ...] = (
+            Check("library-jit", False, f"stays an ordinary call: {reason}", remedy),
+        )
+        name, kind = "jax", None
+    elif plugin is None:
+        name, distribution = KNOWN_DECORATORS[decorator]
+        trail = (
             Check(
                 "no-plugin",
                 False,

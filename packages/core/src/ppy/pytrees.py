@@ -70,7 +70,7 @@ def _write_structure(treedef: Any, digest: Any, main: str | None) -> None:
         return
     kind, aux = data
     try:
-        aux_print = fingerprint(aux, limit=0)
+        aux_print = fingerprint(aux, limit=0, main=main)
     except Unreadable as error:
         raise Unreadable(f"its tree holds a {kind.__qualname__} whose metadata {error}") from None
     children = treedef.children()

@@ -39,13 +39,17 @@ class Conditions:
         original: Callable[..., Any],
         captures: tuple[Captured, ...],
         trace_config: dict[str, str],
+        module: str | None = None,
     ) -> None:
+        """``module``: the entry's module, the name the program's own module
+        had at build time (it runs as ``__main__``)."""
         import jax
         from jax._src import config
 
         self.original = original
         self.captures = captures
         self.trace_config = trace_config
+        self.module = module
         self._config = jax.config
         self._flatten = jax.tree_util.tree_flatten
         #: jax's trace context: what the verdicts are kept by.
@@ -77,7 +81,7 @@ class Conditions:
         for capture in self.captures:
             try:
                 value = resolve(self.original, capture.path)
-                now = fingerprint(value, limit=1 << 62, flatten=self._flatten)
+                now = fingerprint(value, limit=1 << 62, flatten=self._flatten, main=self.module)
             except (LookupError, AttributeError):
                 return Fallback("captured", f"{capture.name} is gone from the program")
             except Unreadable as error:

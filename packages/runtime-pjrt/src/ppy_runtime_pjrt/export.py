@@ -446,7 +446,9 @@ class ExportRuntime:
             load=load,
             module=entry.module,
             qualname=entry.qualname,
-            conditions=Conditions(original, contract.captures, dict(contract.trace_config)),
+            conditions=Conditions(
+                original, contract.captures, dict(contract.trace_config), entry.module
+            ),
         )
         return staged.callable()
 
