@@ -305,12 +305,12 @@ def decide(
         return None
     plugin = plugins.get(decorator)
     if decorator in LIBRARY_JITS and plugin is None:
-        reason, remedy = LIBRARY_JITS[decorator]
+        why, pattern = LIBRARY_JITS[decorator]
         trail: tuple[Check, ...] = (
-            Check("library-jit", False, f"stays an ordinary call: {reason}", remedy),
+            Check("library-jit", False, f"stays an ordinary call: {why}", pattern),
         )
         name, kind = "jax", None
-    elif plugin is None:
+    elif plugin is None:  # a decorator core knows, whose plugin is not installed
         name, distribution = KNOWN_DECORATORS[decorator]
         trail = (
             Check(
@@ -335,6 +335,7 @@ def decide(
             *_plugin_checks(function, module, plugin, own),
         )
     failed = next((check for check in trail if not check.passed), None)
+    remedy: str | None
     if failed is None:
         outcome, rule, reason, remedy = (
             Outcome.ALLOWED,
