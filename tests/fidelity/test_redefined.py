@@ -62,5 +62,7 @@ def test_a_function_rebound_by_assignment_stays(tmp_path: Path) -> None:
     program = "\n\n@jax.jit\ndef score".join(source[:2]) + "\nscore = jax.jit(lambda x: x[:, 0])\n"
     program += 'print("third", score(jnp.ones((2, 4))))\n'
     root = project(tmp_path / "p", {"model.ppy": program})
-    compared = differential(root, cache=tmp_path / "c")
+    # Nothing is staged, and a quiet run says so (run.nothing_staged).
+    compared = differential(root, cache=tmp_path / "c", quiet_stderr=None)
     assert compared.bound() == set()
+    assert compared.named("run.nothing_staged")

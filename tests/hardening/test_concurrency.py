@@ -56,7 +56,7 @@ def test_builds_started_together_wait_for_the_lock_and_the_second_reuses(
     for build, lines in zip(builds, early, strict=True):
         stdout, stderr = build.communicate(timeout=300)
         assert build.returncode == 0, "".join(lines) + stderr
-        outputs.append(stdout.splitlines()[-1])
+        outputs.append(next(ln for ln in stdout.splitlines() if ln.startswith("wrote ")))
     assert sorted(outputs) == [
         f"wrote {artifact}: 0 staged, 4 reused, 0 stay",
         f"wrote {artifact}: 4 staged, 0 reused, 0 stay",

@@ -159,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _build(args: argparse.Namespace) -> int:
     from ppy.build import build
-    from ppy.report import build_lines
+    from ppy.report import build_lines, summary
 
     path: Path = args.path
     if not path.exists():
@@ -175,6 +175,8 @@ def _build(args: argparse.Namespace) -> int:
         f"wrote {result.project.config.artifact}: {counts['staged']} staged, "
         f"{counts['reused']} reused, {counts['stays']} stay"
     )
+    if result.decisions:
+        print(summary(result.decisions))
     if result.failed and not args.keep_going:
         names = ", ".join(f"{d.module}.{d.qualname}" for d in result.failed)
         print(

@@ -80,9 +80,30 @@ def prepare(program: Path, *, build: bool = True) -> Prepared:
             raise
         except PpyError as error:
             _log().warning("run.build_failed", error=str(error))
-    kinds = {entry.kind for entry in artifact.entries} if artifact is not None else set()
+    kinds: set[str] = set()
+    if artifact is not None:
+        # The kinds of the candidates that stay too: a runtime may serve a
+        # program with nothing bound (the jax runtime's compile cache).
+        kinds = {entry.kind for entry in artifact.entries}
+        kinds |= {d.kind for d in artifact.decisions if d.kind is not None}
+        _say_if_nothing_staged(artifact)
     runtimes = load_runtimes(kinds).by_name if kinds else {}
     return Prepared(config.root, artifact, runtimes)
+
+
+def _say_if_nothing_staged(artifact: Artifact) -> None:
+    """One warning when the program has candidate functions and none is staged."""
+    from ppy.report import nothing_staged
+
+    found = nothing_staged(artifact.decisions)
+    if found is not None:
+        reason, remedy = found
+        _log().warning(
+            "run.nothing_staged",
+            candidates=len(artifact.decisions),
+            reason=reason,
+            remedy=remedy,
+        )
 
 
 def _log() -> Any:

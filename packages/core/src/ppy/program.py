@@ -67,6 +67,7 @@ def run_program(
         sys.path.append(folder)
     sys.modules["__main__"] = main
     finder.install()
+    _start(runtimes)
     interrupted = False
     try:
         try:
@@ -112,6 +113,14 @@ def _end_by_sigint() -> None:
             stream.flush()
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGINT)
+
+
+def _start(runtimes: Mapping[str, Runtime]) -> None:
+    """Let each runtime set up for the program (the optional ``start``)."""
+    for runtime in runtimes.values():
+        start = getattr(runtime, "start", None)
+        if callable(start):
+            start()
 
 
 def _close(runtimes: Mapping[str, Runtime]) -> None:

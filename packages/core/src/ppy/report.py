@@ -9,7 +9,7 @@ from ppy.decision import Decision, Outcome
 from ppy.errors import UsageError
 from ppy.registry import Registry
 
-__all__ = ["build_lines", "explain", "plugin_lines"]
+__all__ = ["build_lines", "explain", "nothing_staged", "plugin_lines", "summary"]
 
 
 def _word(decision: Decision, plugins: Registry) -> str:
@@ -40,6 +40,28 @@ def build_lines(decisions: Sequence[Decision], plugins: Registry) -> Iterator[st
         if decision.output:
             for line in decision.output.rstrip().splitlines():
                 yield f"    | {line}"
+
+
+def summary(decisions: Sequence[Decision]) -> str:
+    """``staged 2 of 3 candidate functions``; when none is, the first reason why."""
+    staged = sum(d.outcome in (Outcome.STAGED, Outcome.REUSED) for d in decisions)
+    line = f"staged {staged} of {len(decisions)} candidate functions"
+    why = nothing_staged(decisions)
+    return line if why is None else f"{line}: {why[0]}"
+
+
+def nothing_staged(decisions: Sequence[Decision]) -> tuple[str, str] | None:
+    """(why, remedy) when there are candidates and none is staged, else None.
+
+    The reason is the most common first failing rule's, so a project that is
+    not opted in hears that once, not once per function.
+    """
+    if not decisions or any(d.outcome is not Outcome.STAYS for d in decisions):
+        return None
+    rules = [d.rule for d in decisions]
+    first = max(rules, key=rules.count)
+    example = next(d for d in decisions if d.rule == first)
+    return example.reason, example.remedy or "see `ppy explain NAME` for every rule"
 
 
 def _matches(name: str, decision: Decision) -> bool:

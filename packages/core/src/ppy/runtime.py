@@ -7,8 +7,12 @@ the entry and the original (decorated) callable; what it returns is bound in
 the original's place. The returned callable must fall back to ``original``
 for any call it cannot serve, and never change what the caller observes.
 
-A runtime may also define ``close()``, which ``ppy run`` calls once the
-program has ended, to undo what binding set up for the process.
+A runtime may also define ``start()``, which ``ppy run`` calls before the
+program runs (whether or not any entry of its kind will be bound: the
+artifact's candidates of that kind may all have stayed), and ``close()``,
+which it calls once the program has ended, to undo what binding or
+``start`` set up for the process. Neither may import what the program has
+not imported yet, nor change what it observes.
 """
 
 from __future__ import annotations

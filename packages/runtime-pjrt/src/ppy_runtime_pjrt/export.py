@@ -388,6 +388,26 @@ class ExportRuntime:
         """The program has ended: jax's compile step is its own again."""
         unstaged.uninstall()
 
+    def start(self) -> None:
+        """The program is about to run: once it imports jax, its compiles go
+        through ppy's cache, whether or not anything is bound (a program with
+        nothing staged is never slower than python)."""
+        from ppy_runtime_pjrt.hooks import after_import
+
+        after_import("jax", self._cache_compiles)
+
+    def _cache_compiles(self) -> None:
+        cache = self._executable_cache()
+        if cache is not None:
+            unstaged.install(cache.unstaged())
+
+    def _executable_cache(self) -> Any:
+        from ppy.cache import ExecutableCache
+
+        if self._cache is None:
+            self._cache = ExecutableCache()
+        return self._cache or None
+
     def bind(self, entry: Entry, original: Callable[..., Any]) -> Callable[..., Any]:
         from ppy.cache import ExecutableCache
 
@@ -411,10 +431,7 @@ class ExportRuntime:
             )
             for v in contract.variants
         }
-        if self._cache is None:
-            cache: ExecutableCache | None = ExecutableCache()
-        else:
-            cache = self._cache or None
+        cache: ExecutableCache | None = self._executable_cache()
         if cache is not None:
             unstaged.install(cache.unstaged())
 
