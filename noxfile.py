@@ -116,7 +116,7 @@ def bench(session: nox.Session) -> None:
     another Python (``nox -s bench-3.13``) writes benchmarks/results/pythonX.Y/
     and leaves the README alone.
     """
-    session.install(*PACKAGES, "matplotlib", "numba")
+    session.install(*PACKAGES, "matplotlib", "numba", "optax")
     # A reused venv must measure this checkout, not the ppy it was made with.
     session.install("--force-reinstall", "--no-deps", *PACKAGES)
     where = (

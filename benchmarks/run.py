@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ppybench import build_time, overhead, plots, report, startup, targets, xla_scalar
+from ppybench import build_time, overhead, plots, programs, report, startup, targets, xla_scalar
 from ppybench.machine import describe
 from ppybench.measure import Comparison
 from ppybench.plan import FULL, QUICK, Plan
@@ -39,6 +39,8 @@ CASES: dict[str, Callable[[Path, Plan], list[Comparison]]] = {
     "build": lambda scratch, plan: build_time.build_times(
         scratch, plan.build_rounds, plan.build_sizes
     ),
+    "optax": lambda scratch, plan: programs.optax_training(scratch, plan.startup_rounds),
+    "unstaged": lambda scratch, plan: programs.nothing_staged(scratch, plan.startup_rounds),
 }
 
 

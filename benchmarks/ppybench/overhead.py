@@ -2,8 +2,9 @@
 
 The program is built with ``ppy build`` and run with ``ppy run``; inside it,
 each staged function is timed against its own jitted original
-(``__ppy_original__``) on the same arrays: a small input, a medium one, and an
-input the description refuses, whose call falls back to the jitted one.
+(``__ppy_original__``) on the same arrays: a small input, a medium one, a
+params tree of ten arrays (``ppy.Like``), and an input the description
+refuses, whose call falls back to the jitted one.
 Each figure is the best of five rounds of many calls after warm-up; the
 samples are one per fresh process.
 """
@@ -22,6 +23,7 @@ __all__ = ["call_overhead"]
 INPUTS = {
     "small": "small input (8x4)",
     "medium": "medium input (64x256)",
+    "tree": "10-leaf params tree",
     "fallback": "fallback (refused input)",
 }
 

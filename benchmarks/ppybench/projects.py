@@ -18,6 +18,7 @@ __all__ = [
     "build_function",
     "build_project",
     "deep_model",
+    "optax_training",
     "overhead",
     "page_example",
     "staged_count",
@@ -225,7 +226,7 @@ def staged_count(project: Path) -> int:
 OVERHEAD_MODEL = """\
 import json
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
@@ -234,6 +235,13 @@ import ppy
 
 CALLS = {calls}
 Small = Annotated[jax.Array, ppy.Shape("B", 4), ppy.DType("float32")]
+
+
+def example_tree():
+    return {{f"layer{{i}}": jnp.full((4,), i, jnp.float32) for i in range(10)}}
+
+
+Tree = Annotated[Any, ppy.Like(example_tree)]
 SmallW = Annotated[jax.Array, ppy.Shape(4, 4), ppy.DType("float32")]
 Medium = Annotated[jax.Array, ppy.Shape("B", 256), ppy.DType("float32")]
 MediumW = Annotated[jax.Array, ppy.Shape(256, 256), ppy.DType("float32")]
@@ -247,6 +255,11 @@ def small(x: Small, w: SmallW) -> jax.Array:
 @jax.jit
 def medium(x: Medium, w: MediumW) -> jax.Array:
     return jnp.sum(jnp.tanh(x @ w), axis=-1)
+
+
+@jax.jit
+def tree(params: Tree, x: Small) -> jax.Array:
+    return jnp.sum(jnp.tanh(x * sum(params.values())), axis=-1)
 
 
 def per_call(sides, *args) -> dict:
@@ -273,11 +286,13 @@ def main() -> None:
     cases = {{
         "small": (small, jnp.ones((8, 4), jnp.float32), jnp.eye(4, dtype=jnp.float32)),
         "medium": (medium, jnp.ones((64, 256), jnp.float32), jnp.eye(256, dtype=jnp.float32)),
+        # A dict of ten arrays: the guard's tree check is jax's own, in C++.
+        "tree": (tree, example_tree(), jnp.ones((8, 4), jnp.float32)),
         # An input the description refuses (w is 5x5): the call falls back.
         "fallback": (small, jnp.ones((8, 5), jnp.float32), jnp.eye(5, dtype=jnp.float32)),
     }}
-    for name, (staged, x, w) in cases.items():
-        figures[name] = per_call({{"jitted": staged.__ppy_original__, "staged": staged}}, x, w)
+    for name, (staged, *args) in cases.items():
+        figures[name] = per_call({{"jitted": staged.__ppy_original__, "staged": staged}}, *args)
     if not small.ppy_stats.fallbacks:
         raise SystemExit("the refused input did not fall back")
     print(json.dumps(figures))
@@ -289,5 +304,83 @@ if __name__ == "__main__":
 
 
 def overhead(root: Path, calls: int) -> Path:
-    """Two staged functions, small and medium, timed against their jitted originals."""
+    """Staged functions (small, medium, a 10-leaf tree) timed against their jitted originals."""
     return _project(root, "overhead", {"model.ppy": OVERHEAD_MODEL.format(calls=calls)})
+
+
+OPTAX_HIDDEN = 256
+OPTAX_STEPS = 20
+
+OPTAX_MODEL = """\
+import sys
+import time
+from typing import Annotated, Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+import ppy
+
+HIDDEN = {hidden}
+STEPS = {steps}
+optimizer = optax.adamw(1e-3)
+
+
+def init_params():
+    keys = jax.random.split(jax.random.key(0), 3)
+    sizes = [(16, HIDDEN), (HIDDEN, HIDDEN), (HIDDEN, 1)]
+    return [
+        {{"w": jax.random.normal(k, shape, jnp.float32) / shape[0] ** 0.5,
+          "b": jnp.zeros(shape[1], jnp.float32)}}
+        for k, shape in zip(keys, sizes)
+    ]
+
+
+def init_opt_state():
+    return optimizer.init(init_params())
+
+
+Params = Annotated[Any, ppy.Like(init_params)]
+OptState = Annotated[Any, ppy.Like(init_opt_state)]
+X = Annotated[jax.Array, ppy.Shape("B", 16), ppy.DType("float32")]
+Y = Annotated[jax.Array, ppy.Shape("B", 1), ppy.DType("float32")]
+
+
+def loss_fn(params, x, y):
+    for layer in params[:-1]:
+        x = jax.nn.gelu(x @ layer["w"] + layer["b"])
+    out = x @ params[-1]["w"] + params[-1]["b"]
+    return jnp.mean((out - y) ** 2)
+
+
+@jax.jit
+def train_step(params: Params, opt_state: OptState, x: X, y: Y):
+    loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+
+def main() -> None:
+    params, opt_state = init_params(), init_opt_state()
+    x = jnp.linspace(-1.0, 1.0, 64 * 16, dtype=jnp.float32).reshape(64, 16)
+    y = jnp.sin(x.sum(axis=1, keepdims=True))
+    jax.block_until_ready((params, opt_state, x, y))
+    start = time.perf_counter()
+    params, opt_state, loss = jax.block_until_ready(train_step(params, opt_state, x, y))
+    print(f"first_call_s={{time.perf_counter() - start:.6f}}", file=sys.stderr)
+    for _ in range(STEPS - 1):
+        params, opt_state, loss = train_step(params, opt_state, x, y)
+    print(round(float(loss), 3))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def optax_training(root: Path, *, opted_in: bool = True) -> Path:
+    """An MLP trained with optax; ``train_step`` takes pytrees described by ``ppy.Like``."""
+    text = OPTAX_MODEL.format(hidden=OPTAX_HIDDEN, steps=OPTAX_STEPS)
+    pyproject = JAX_PYPROJECT if opted_in else '[project]\nname = "{name}"\n'
+    return _project(root, "optax-training", {"model.ppy": text}, pyproject)

@@ -18,6 +18,7 @@ __all__ = ["TARGETS", "Target", "check"]
 STARTUP = "start-up below jit + persistent cache"
 RUNTIME = "runtime"
 XLA = "plugin-xla"
+PROGRAMS = "real programs"
 
 _OPS = {"<": operator.lt, "<=": operator.le, ">=": operator.ge}
 
@@ -72,6 +73,10 @@ TARGETS: tuple[Target, ...] = (
     *_startup_targets((10, 40, 80)),
     Target(RUNTIME, "per-call overhead", "small input (8x4)", "staged", "jitted", "<=", 1.3),
     Target(RUNTIME, "per-call overhead", "medium input (64x256)", "staged", "jitted", "<=", 1.3),
+    Target(PROGRAMS, "per-call overhead", "10-leaf params tree", "staged", "jitted", "<=", 1.1),
+    Target(PROGRAMS, "optax training", "whole process", "ppy run warm", "python", "<", 0.6, 9),
+    Target(PROGRAMS, "optax training", "first call", "ppy run warm", "python", "<", 0.2, 9),
+    Target(PROGRAMS, "nothing staged", "whole process", "ppy run warm", "python", "<", 1.0, 9),
     *(
         target
         for key in ("collatz, longest chain below 300000", "Leibniz series, 3000000 terms")
