@@ -206,13 +206,27 @@ def stamped(x: Batch) -> jax.Array:
 def configured(x: Batch) -> jax.Array:
     return x.sum(axis=-1) * float(os.environ.get("SCALE", "1"))
 
+@jax.jit
+def shifted(x: Batch) -> jax.Array:
+    return x.sum(axis=-1) + float(os.getenv("SHIFT", "0"))
+
+@jax.jit
+def offset(x: Batch) -> jax.Array:
+    return x.sum(axis=-1) + float(getenv("SHIFT", "0"))
+
+from os import getenv
 print(stamped(jnp.ones((2, 4))), configured(jnp.ones((2, 4))))
+print(shifted(jnp.ones((2, 4))), offset(jnp.ones((2, 4))))
 """
         },
     )
     built = _build(root, tmp_path / "c")
     line = next(ln for ln in built.splitlines() if " stamped " in ln)
     assert " stays " in line and "model.time.time" in line, built
-    compared = differential(root, cache=tmp_path / "c", build=False, env={"SCALE": "3"})
-    (fallback,) = compared.fallbacks()  # the build's environment is not the program's
-    assert fallback["category"] == "captured" and "os.environ" in str(fallback["reason"])
+    env = {"SCALE": "3", "SHIFT": "5"}
+    compared = differential(root, cache=tmp_path / "c", build=False, env=env)
+    # The build's environment is not the program's, however the trace reads it.
+    fallbacks = {str(f["function"]): f for f in compared.fallbacks()}
+    assert set(fallbacks) == {"configured", "shifted", "offset"}
+    for fallback in fallbacks.values():
+        assert fallback["category"] == "captured" and "os.environ" in str(fallback["reason"])

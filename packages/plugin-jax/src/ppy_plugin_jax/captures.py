@@ -44,6 +44,11 @@ __all__ = ["Refused", "captures"]
 #: randomness): a trace that calls one froze the build's answer.
 #: ``numpy.random`` by its full name.
 IMPURE = frozenset({"time", "random", "datetime", "uuid", "secrets", "numpy.random"})
+#: Library functions that read the process's environment: a trace that calls
+#: one read ``os.environ``, which is compared as a value of its own.
+_ENVIRONMENT_READERS: tuple[Any, ...] = tuple(
+    f for f in (getattr(os, "getenv", None), getattr(os, "getenvb", None)) if f is not None
+)
 _LOADS = ("LOAD_GLOBAL", "LOAD_NAME")
 _ATTRS = ("LOAD_ATTR", "LOAD_METHOD")
 
@@ -128,6 +133,8 @@ class _Scan:
                 return  # the trace would fail on it
             if self._project_module(value) or isinstance(inner, types.ModuleType):
                 self.value(inner, (*path, attrs[0]), f"{name}.{attrs[0]}", attrs[1:])
+            elif inner in _ENVIRONMENT_READERS:  # os.getenv(...): what it reads is os.environ
+                self.record((*path, "environ"), f"{name}.environ", os.environ, strict=False)
             elif not callable(inner):  # a library's data: math.pi, sys.argv
                 self.record((*path, attrs[0]), f"{name}.{attrs[0]}", inner, strict=False)
             elif value.__name__.partition(".")[0] in IMPURE or value.__name__ in IMPURE:
@@ -136,6 +143,9 @@ class _Scan:
                     "it is called while tracing and answers anew in each process (the "
                     "clock, randomness); the export would keep the build's answer",
                 )
+            return
+        if value in _ENVIRONMENT_READERS:  # from os import getenv: its globals hold environ
+            self.record((*path, "environ"), "os.environ", os.environ, strict=False)
             return
         fn = python_function(value)
         if fn is not None and self._in_project(fn.__code__.co_filename):
