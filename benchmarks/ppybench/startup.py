@@ -23,7 +23,7 @@ from . import measure, projects
 from .machine import ppy_command
 from .measure import Comparison, Mode
 
-__all__ = ["page_example", "deep_models", "MODES"]
+__all__ = ["MODES", "deep_models", "first_calls", "modes", "page_example"]
 
 MODES = ("python", "python + jax cache", "ppy run cold", "ppy run warm")
 
@@ -36,16 +36,22 @@ def _jax_cache(directory: Path) -> dict[str, str]:
     }
 
 
-def _modes(project: Path, scratch: Path) -> list[Mode]:
-    """Build the artifact, fill both caches once, and describe the four modes."""
+def modes(project: Path, scratch: Path, *, staged: bool = True) -> list[Mode]:
+    """Build the artifact, fill both caches once, and describe the four modes.
+
+    ``staged``: whether the build must stage something (or, off, nothing).
+    """
     ppy = ppy_command()
     built = measure.run_once(
         [*ppy, "build"], project, {"PPY_CACHE_DIR": str(scratch / "build-cache")}
     )
-    if projects.staged_count(project) == 0:
+    count = projects.staged_count(project)
+    if staged and count == 0:
         raise SystemExit(
             f"ppy build staged nothing in {project}; is ppy-plugin-jax installed?\n{built.stderr}"
         )
+    if not staged and count:
+        raise SystemExit(f"ppy build staged {count} functions in {project}, meant to stage none")
     ppy_filled = scratch / "ppy-filled"
     jax_filled = scratch / "jax-filled"
     run = [*ppy, "run", "model.ppy"]
@@ -69,10 +75,21 @@ def _modes(project: Path, scratch: Path) -> list[Mode]:
     ]
 
 
+def first_calls(runs: dict[str, list[measure.Run]], case: str) -> dict[str, list[float]]:
+    """The first call each process timed (``first_call_s=`` on its stderr), by mode."""
+    first: dict[str, list[float]] = {}
+    for name, mode_runs in runs.items():
+        values = [run.first_call_s for run in mode_runs]
+        if any(value is None for value in values):
+            raise SystemExit(f"{case}, {name}: no first_call_s= on its stderr")
+        first[name] = [float(value) for value in values if value is not None]
+    return first
+
+
 def page_example(scratch: Path, rounds: int) -> list[Comparison]:
     """Case 1: the whole process of the page's example, per mode."""
     project = projects.page_example(scratch / "page")
-    runs = measure.interleave(_modes(project, scratch / "page-caches"), rounds, scratch)
+    runs = measure.interleave(modes(project, scratch / "page-caches"), rounds, scratch)
     samples = {name: [run.wall_s for run in mode_runs] for name, mode_runs in runs.items()}
     return [Comparison("page example", "whole process", "s", "python", samples)]
 
@@ -82,16 +99,9 @@ def deep_models(scratch: Path, rounds: int, depths: tuple[int, ...]) -> list[Com
     found: list[Comparison] = []
     for layers in depths:
         project = projects.deep_model(scratch / f"deep-{layers}", layers)
-        modes = _modes(project, scratch / f"deep-{layers}-caches")
-        runs = measure.interleave(modes, rounds, scratch)
-        first: dict[str, list[float]] = {}
-        for name, mode_runs in runs.items():
-            values = [run.first_call_s for run in mode_runs]
-            if any(value is None for value in values):
-                raise SystemExit(
-                    f"deep model ({layers} layers), {name}: no first_call_s= on its stderr"
-                )
-            first[name] = [float(value) for value in values if value is not None]
+        depth_modes = modes(project, scratch / f"deep-{layers}-caches")
+        runs = measure.interleave(depth_modes, rounds, scratch)
+        first = first_calls(runs, f"deep model ({layers} layers)")
         wall = {name: [run.wall_s for run in mode_runs] for name, mode_runs in runs.items()}
         params = {"layers": layers, "width": projects.WIDTH}
         case = f"deep model, {layers} layers"
