@@ -16,6 +16,7 @@ from typing import Annotated, NamedTuple, TypedDict
 
 import jax
 import jax.numpy as jnp
+from flax import struct
 
 import ppy
 from shapes import Layer
@@ -36,6 +37,12 @@ class Model:
     scale: float = field(default=2.0, metadata={"static": True})
 
 
+@struct.dataclass
+class Shift:
+    by: Annotated[jax.Array, ppy.Shape(3), F32]
+    label: str = struct.field(pytree_node=False, default="shift")
+
+
 class Batch(TypedDict):
     x: Annotated[jax.Array, ppy.Shape("B", 4), F32]
     y: Annotated[jax.Array, ppy.Shape("B"), ppy.DType("int32")]
@@ -44,6 +51,11 @@ class Batch(TypedDict):
 @jax.jit
 def forward(params: Params, batch: Batch) -> jax.Array:
     return batch["x"] @ params.w + params.b
+
+
+@jax.jit
+def shifted(params: Params, shift: Shift, batch: Batch):
+    return shift, forward(params, batch) + shift.by
 
 
 @jax.jit
@@ -60,6 +72,8 @@ def main() -> None:
     for n in (2, 5):
         batch = {"x": jnp.ones((n, 4), jnp.float32) * n, "y": jnp.arange(n, dtype=jnp.int32)}
         print(forward(params, batch))
+        same, out = shifted(params, Shift(jnp.arange(3.0, dtype=jnp.float32)), batch)
+        print(same.label, out.sum())
         result = deep(model, batch)
         print(result["out"], result["labels"], type(result["model"]).__name__)
         print(result["model"].second.w.sum(), result["model"].scale)
@@ -84,8 +98,9 @@ class Layer(NamedTuple):
 def test_classes_of_described_fields_are_staged(tmp_path: Path) -> None:
     root = project(tmp_path / "p", {"model.ppy": CLASSES, "shapes.py": SHAPES})
     compared = differential(root, cache=tmp_path / "c")
-    assert compared.bound() == {"forward", "deep"}
+    assert compared.bound() == {"forward", "shifted", "deep"}
     assert compared.staged_calls("forward") == 2 and compared.staged_calls("deep") == 2
+    assert compared.staged_calls("shifted") == 2
     assert compared.fallbacks() == []
 
 

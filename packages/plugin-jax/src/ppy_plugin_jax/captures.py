@@ -50,6 +50,13 @@ _ENVIRONMENT_READERS: tuple[Any, ...] = tuple(
     f for f in (getattr(os, "getenv", None), getattr(os, "getenvb", None)) if f is not None
 )
 _LOADS = ("LOAD_GLOBAL", "LOAD_NAME")
+
+
+def _reads_environment(value: Any) -> bool:
+    """By identity: ``==`` of an array is an array."""
+    return any(value is reader for reader in _ENVIRONMENT_READERS)
+
+
 _ATTRS = ("LOAD_ATTR", "LOAD_METHOD")
 
 
@@ -133,7 +140,7 @@ class _Scan:
                 return  # the trace would fail on it
             if self._project_module(value) or isinstance(inner, types.ModuleType):
                 self.value(inner, (*path, attrs[0]), f"{name}.{attrs[0]}", attrs[1:])
-            elif inner in _ENVIRONMENT_READERS:  # os.getenv(...): what it reads is os.environ
+            elif _reads_environment(inner):  # os.getenv(...): what it reads is os.environ
                 self.record((*path, "environ"), f"{name}.environ", os.environ, strict=False)
             elif not callable(inner):  # a library's data: math.pi, sys.argv
                 self.record((*path, attrs[0]), f"{name}.{attrs[0]}", inner, strict=False)
@@ -144,7 +151,7 @@ class _Scan:
                     "clock, randomness); the export would keep the build's answer",
                 )
             return
-        if value in _ENVIRONMENT_READERS:  # from os import getenv: its globals hold environ
+        if _reads_environment(value):  # from os import getenv: its globals hold environ
             self.record((*path, "environ"), "os.environ", os.environ, strict=False)
             return
         fn = python_function(value)

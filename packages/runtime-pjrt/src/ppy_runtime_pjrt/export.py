@@ -18,6 +18,7 @@ loaded for the call, or the original is called and the reason recorded.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -83,11 +84,31 @@ class Staged:
         self.trees: dict[Any, Any] = {}
         self.executables: Executables | None = None
 
+    def serving(self, calls: Calls) -> Callable[..., Any]:
+        """What jit compiles for a call of this variant: the call bound, the
+        export run on its traced leaves, and the output tree rebuilt around
+        the leaves it returns."""
+
+        def serve(*args: Any, **kwargs: Any) -> Any:
+            import jax
+
+            bound = calls.bind(args, kwargs)
+            assert not isinstance(bound, Fallback), bound
+            leaves, in_tree = jax.tree_util.tree_flatten(bound.traced)
+            out_tree = self.out_tree(in_tree)  # the call's, as route found it
+            assert not isinstance(out_tree, Fallback), out_tree
+            return jax.tree_util.tree_unflatten(out_tree, self.exported.call(*leaves))
+
+        return serve
+
     def out_tree(self, in_tree: Any) -> Any | Fallback:
         """The output tree for traced inputs of ``in_tree``, or why they do not match."""
         import jax
 
-        known = self.trees.get(in_tree)
+        try:
+            known = self.trees.get(in_tree)
+        except TypeError:  # a node's metadata jax cannot hash: not kept, decided each time
+            known = None
         if known is not None:
             return known
         try:
@@ -106,7 +127,8 @@ class Staged:
             )
         except Unrebuildable as error:
             return Fallback("tree", str(error))
-        self.trees[in_tree] = out
+        with contextlib.suppress(TypeError):
+            self.trees[in_tree] = out
         return out
 
 
@@ -436,22 +458,13 @@ class ExportRuntime:
             unstaged.install(cache.unstaged())
 
         def load(staged: Staged) -> Executables:
-            def serve(*args: Any, **kwargs: Any) -> Any:
-                import jax
-
-                bound = calls.bind(args, kwargs)
-                assert not isinstance(bound, Fallback), bound
-                leaves, in_tree = jax.tree_util.tree_flatten(bound.traced)
-                outs = staged.exported.call(*leaves)
-                return jax.tree_util.tree_unflatten(staged.trees[in_tree], outs)
-
             return Executables(
                 staged.exported,
                 payload=staged.variant.export,
                 cache=cache,
                 module=entry.module,
                 qualname=entry.qualname,
-                serve=functools.wraps(function)(serve),
+                serve=functools.wraps(function)(staged.serving(calls)),
                 static_argnums=calls.static_argnums,
                 static_argnames=calls.static_argnames,
             )
