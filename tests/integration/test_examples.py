@@ -69,7 +69,8 @@ def test_ppy_run_prints_what_python_prints(
     assert plain.returncode == 0, plain.stderr
     built = ppy("build", cwd=folder)
     assert built.returncode == 0, built.stdout + built.stderr
-    staged = ppy("-v", "--log-format", "json", "run", "model.ppy", cwd=folder)
+    # -vv: the cache events are debug events.
+    staged = ppy("-vv", "--log-format", "json", "run", "model.ppy", cwd=folder)
     assert staged.returncode == 0, staged.stderr
     assert staged.stdout == plain.stdout
     assert _bound(staged.stderr), "nothing was staged and bound"
@@ -80,14 +81,16 @@ def test_ppy_run_prints_what_python_prints(
     again = ppy("run", "model.ppy", cwd=folder)
     assert again.stdout == plain.stdout
     assert again.stderr == "", "a warm run with a current artifact should say nothing"
-    # What the first run compiled that stayed unstaged (eager ops), a warm
-    # run loads from the cache, and does not even lower.
-    warm = ppy("-v", "--log-format", "json", "run", "model.ppy", cwd=folder)
+    # What the first run compiled that stayed unstaged (eager ops, unstaged
+    # jits), a warm run loads from the cache; an eager op is not even lowered.
+    warm = ppy("-vv", "--log-format", "json", "run", "model.ppy", cwd=folder)
     assert warm.stdout == plain.stdout
     compiled = _events(staged.stderr, "cache.unstaged")
     loaded = _events(warm.stderr, "cache.unstaged")
     assert len(loaded) == len(compiled)
-    assert all((e["source"], e["lowered"]) == ("cache", False) for e in loaded), loaded
+    assert all(e["source"] == "cache" for e in loaded), loaded
+    if "import jax" in program.read_text():  # a program of jax does eager ops
+        assert compiled and any(not e["lowered"] for e in loaded), loaded
     readme = (example / "README.md").read_text()
     assert plain.stdout.strip() in readme, "the README shows what the example prints"
 
