@@ -311,3 +311,31 @@ def test_stageable_decorator_prefers_installed_plugins_then_known() -> None:
 def test_every_rule_is_documented(rule: str) -> None:
     docs = (Path(__file__).resolve().parents[2] / "docs" / "policy.md").read_text()
     assert f"`{rule}`" in docs
+
+
+@pytest.mark.parametrize(
+    ("parameters", "remedy"),
+    [
+        ("params: dict", "describe the pytree params as Annotated[Any, ppy.Like(example)]"),
+        ("params: Any", "describe the pytree params as Annotated[Any, ppy.Like(example)]"),
+        ("training: bool", "training is a Python value: name it in static_argnames"),
+        ("x: jax.Array", "annotate x as Annotated[jax.Array, ppy.Shape(...), ppy.DType(...)]"),
+    ],
+)
+def test_a_remedy_fits_what_the_parameter_is(tmp_path: Path, parameters: str, remedy: str) -> None:
+    source = MODEL + f"\nfrom typing import Any\n@jax.jit\ndef step({parameters}):\n    pass\n"
+    decision = decide_one(source, config_for(tmp_path), FakePlugin(), name="step")
+    assert decision.rule == "missing-shape"
+    assert decision.remedy is not None and decision.remedy.startswith(remedy), decision.remedy
+    if "jax.Array" not in parameters:  # never: annotate a pytree or a flag as an array
+        assert "Annotated[jax.Array" not in decision.remedy
+
+
+def test_a_static_flag_needs_no_description(tmp_path: Path) -> None:
+    source = MODEL + (
+        "\nimport functools\n"
+        '@functools.partial(jax.jit, static_argnames=("training",))\n'
+        "def step(x: Batch, training: bool):\n    pass\n"
+    )
+    decision = decide_one(source, config_for(tmp_path), FakePlugin(), name="step")
+    assert decision.rule == "allowed", decision.reason
