@@ -369,3 +369,58 @@ def test_shortest_route_is_reported() -> None:
     """
     assert differentiated(text, "a") == ("jax.grad", 14, ("b",))
     assert differentiated(text, "c") == ("jax.grad", 13, ())
+
+
+PYTREES = """\
+from typing import Annotated, Any, Literal, NamedTuple
+import functools
+import jax
+import ppy
+from jaxtyping import Array, Float, Float32, Int, Shaped
+
+Batch = Float32[Array, "batch 4"]
+F32 = ppy.DType("float32")
+
+
+class Params(NamedTuple):
+    w: Annotated[jax.Array, ppy.Shape(4, 3), F32]
+    b: Float[Array, "3"]
+
+
+def example():
+    pass
+
+
+@functools.partial(jax.jit, static_argnames=("training",), static_argnums=(5,))
+def step(params: Params, x: Batch, y: Int[Array, " batch"], opt: Annotated[Any, ppy.Like(example)],
+         training: bool, mode: Literal["a", "b"] = "a", *, z: Float[Array, ""]):
+    pass
+
+
+@jax.jit
+def odd(x: Float32[Array, "... 4"], y: Shaped[Array, "n"]):
+    pass
+"""
+
+
+def test_pytrees_jaxtyping_like_and_flags_are_read_from_the_source() -> None:
+    module = discover_source(PYTREES, module="m", path="m.ppy")
+    step = next(f for f in module.functions if f.name == "step")
+    params = {p.name: p for p in step.parameters}
+    assert step.static == {"training", "mode"}
+    assert params["params"].tree == "Params"
+    assert (params["x"].spec.shape, params["x"].spec.dtype) == (("batch", 4), "float32")
+    assert params["x"].spec.jaxtyping
+    assert (params["y"].spec.shape, params["y"].spec.dtype) == (("batch",), "int32")
+    assert params["opt"].like == "example"
+    assert params["training"].choices == (False, True)
+    assert params["mode"].choices == ("a", "b")
+    assert params["z"].kind == "keyword_only" and params["z"].spec.shape == ()
+    fields = {f.name: f for f in module.classes["Params"].fields}
+    assert module.classes["Params"].form == "namedtuple"
+    assert fields["w"].spec == ArraySpec((4, 3), "float32")
+    assert fields["b"].spec.shape == (3,)
+    odd = next(f for f in module.functions if f.name == "odd")
+    x, y = odd.parameters
+    assert "axis 0 '...' is not exportable" in x.spec.problems[0]
+    assert "Shaped allows several dtypes" in y.spec.problems[0]
