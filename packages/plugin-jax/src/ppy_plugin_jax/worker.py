@@ -30,6 +30,7 @@ import os
 import sys
 import traceback
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import IO, Any, Final
 
 __all__ = ["PROTOCOL_VERSION", "main"]
@@ -183,46 +184,50 @@ def _export(module: Any, function: Mapping[str, Any], request: Mapping[str, Any]
         return refusal.result
 
 
-def _export_variants(
-    module: Any, function: Mapping[str, Any], request: Mapping[str, Any]
-) -> dict[str, Any]:
-    import jax
-    from jax._src import config as jax_config
-    from ppy.fingerprint import Unreadable, python_function
-    from ppy.jax_config import read as read_config
-    from ppy.kinds import JaxExport, Variant
-    from ppy.pytrees import Unrebuildable, recipe, structure
-    from ppy.spec import TensorSpec
+@dataclass(frozen=True)
+class _Inputs:
+    """The traced parameters as the export takes them."""
 
-    from ppy_plugin_jax.captures import Refused, captures
+    names: list[str]
+    #: One ``{name, dims, dtype}`` per leaf.
+    specs: list[dict[str, Any]]
+    leaves: list[Any]
+    tree: Any
+    #: ``ppy.pytrees.structure`` of ``tree``.
+    digest: str
+
+
+def _inputs(fn: Any, module: Any, params: list[Mapping[str, Any]], root: str) -> _Inputs:
+    import jax
+    from ppy.fingerprint import Unreadable, python_function
+    from ppy.pytrees import structure
+
     from ppy_plugin_jax.inputs import Undescribed, abstract
 
-    fn: Any = module
-    for part in function["qualname"].split("."):
-        fn = getattr(fn, part)
-    mismatch = _runtime_annotations(fn, function)
-    if mismatch:
-        raise _Refusal("annotation-mismatch", mismatch)
-    params = function["params"]
     python = python_function(fn)
     try:
-        values, written = abstract(
-            python.__globals__ if python else vars(module), params, request["root"]
-        )
+        values, written = abstract(python.__globals__ if python else vars(module), params, root)
     except Undescribed as undescribed:
         raise _Refusal(undescribed.rule, undescribed.reason) from None
     names = list(values)
     trees = tuple(values[name] for name in names)
-    inputs = _leaf_specs(names, trees, written)
-    leaves, in_tree = jax.tree_util.tree_flatten(trees)
+    leaves, tree = jax.tree_util.tree_flatten(trees)
     try:
-        in_print = structure(in_tree)
+        digest = structure(tree)
     except Unreadable as error:
         raise _Refusal(
             "input-tree", f"its inputs cannot be compared at run time: {error}"
         ) from None
+    return _Inputs(names, _leaf_specs(names, trees, written), leaves, tree, digest)
+
+
+def _captures(fn: Any, request: Mapping[str, Any]) -> tuple[Any, ...]:
+    import jax
+
+    from ppy_plugin_jax.captures import Refused, captures
+
     try:
-        read = captures(
+        return captures(
             fn,
             root=request["root"],
             limit=request["capture_limit"],
@@ -234,45 +239,38 @@ def _export_variants(
             f"its trace uses {refused.name}, which ppy cannot compare at run time: {refused.why}",
             deliberate=True,
         ) from None
+
+
+def _export_variants(
+    module: Any, function: Mapping[str, Any], request: Mapping[str, Any]
+) -> dict[str, Any]:
+    import jax
+    from jax._src import config as jax_config
+    from ppy.jax_config import read as read_config
+    from ppy.kinds import JaxExport
+
+    fn: Any = module
+    for part in function["qualname"].split("."):
+        fn = getattr(fn, part)
+    mismatch = _runtime_annotations(fn, function)
+    if mismatch:
+        raise _Refusal("annotation-mismatch", mismatch)
+    params = function["params"]
+    inputs = _inputs(fn, module, params, request["root"])
+    read = _captures(fn, request)
     # A 64-bit input is traced as it would be under ppy run: only with x64 on,
     # which the trace records, so the staged path is taken only then.
-    wide = any(spec["dtype"] in _WIDE for spec in inputs)
-    flat = _Flat(fn, params, in_tree)
-    variants = []
+    wide = any(spec["dtype"] in _WIDE for spec in inputs.specs)
+    flat = _Flat(fn, params, inputs.tree)
     with jax_config.enable_x64(True) if wide else contextlib.nullcontext():
-        for static in _static_values(params):
-            variants.append(_variant(flat, static, leaves, request))
+        variants = [_variant(flat, static, inputs, request) for static in _static_values(params)]
         traced_under = read_config(jax.config, jax_config.trace_context_names())
-    built = []
-    for static, exported, out_tree in variants:
-        try:
-            out_recipe = recipe(out_tree, in_tree)
-        except Unrebuildable as error:
-            raise _Refusal("output-tree", str(error)) from None
-        built.append(
-            Variant(
-                static=static,
-                in_tree=in_print,
-                out_tree=out_recipe,
-                inputs=tuple(TensorSpec(tuple(s["dims"]), s["dtype"], s["name"]) for s in inputs),
-                outputs=tuple(
-                    TensorSpec(tuple(_dims(a)), str(a.dtype)) for a in exported.out_avals
-                ),
-                calling_convention_version=exported.calling_convention_version,
-                nr_devices=exported.nr_devices,
-                uses_shape_polymorphism=any(
-                    not isinstance(d, int) for a in exported.in_avals for d in a.shape
-                ),
-                export=bytes(exported.serialize()),
-                stablehlo=exported.mlir_module().encode("utf-8"),
-            )
-        )
     contract = JaxExport(
         jax_version=jax.__version__,
         jaxlib_version=importlib.import_module("jaxlib").__version__,
-        traced=tuple(names),
+        traced=tuple(inputs.names),
         static=tuple(p["name"] for p in params if p["static"]),
-        variants=tuple(built),
+        variants=tuple(variant for variant, _ in variants),
         captures=read,
         trace_config=traced_under,
     )
@@ -280,23 +278,26 @@ def _export_variants(
     return {
         "ok": True,
         "payload": {k: base64.b64encode(v).decode("ascii") for k, v in payload.items()},
-        "platforms": list(variants[0][1].platforms),
+        "platforms": list(variants[0][1]),
         "metadata": contract.to_metadata(),
     }
 
 
 def _variant(
-    flat: _Flat, static: dict[str, Any], leaves: list[Any], request: Mapping[str, Any]
-) -> tuple[dict[str, Any], Any, Any]:
-    """(the static values, the export, the output's tree) for one variant."""
+    flat: _Flat, static: dict[str, Any], inputs: _Inputs, request: Mapping[str, Any]
+) -> tuple[Any, tuple[str, ...]]:
+    """The export for one value of each static parameter, and its platforms."""
     import jax
     from jax import export
+    from ppy.kinds import Variant
+    from ppy.pytrees import Unrebuildable, recipe
+    from ppy.spec import TensorSpec
 
     from ppy_plugin_jax.verify import specialized
 
     targets = request.get("platforms") or [jax.default_backend()]
     function = flat.bind(static)
-    exported = export.export(function, platforms=targets)(*leaves)
+    exported = export.export(function, platforms=targets)(*inputs.leaves)
     out_tree = flat.out_trees[-1]
     found = specialized(function, exported) if request.get("verify_sizes", True) else None
     if found is not None:
@@ -308,7 +309,25 @@ def _variant(
             f"at {at}{where}, {why}: the export does not serve every size its description claims",
             deliberate=True,
         )
-    return static, exported, out_tree
+    try:
+        out_recipe = recipe(out_tree, inputs.tree)
+    except Unrebuildable as error:
+        raise _Refusal("output-tree", str(error)) from None
+    variant = Variant(
+        static=static,
+        in_tree=inputs.digest,
+        out_tree=out_recipe,
+        inputs=tuple(TensorSpec(tuple(s["dims"]), s["dtype"], s["name"]) for s in inputs.specs),
+        outputs=tuple(TensorSpec(tuple(_dims(a)), str(a.dtype)) for a in exported.out_avals),
+        calling_convention_version=exported.calling_convention_version,
+        nr_devices=exported.nr_devices,
+        uses_shape_polymorphism=any(
+            not isinstance(d, int) for a in exported.in_avals for d in a.shape
+        ),
+        export=bytes(exported.serialize()),
+        stablehlo=exported.mlir_module().encode("utf-8"),
+    )
+    return variant, tuple(exported.platforms)
 
 
 def _describe(error: BaseException, doing: str, root: str) -> str:
