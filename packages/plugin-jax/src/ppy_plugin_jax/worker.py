@@ -11,9 +11,10 @@ Protocol (version ``PROTOCOL_VERSION``), one JSON object per line:
 
 - ``{"event": "module", "module": NAME, "offset": N}`` before a module is
   imported; ``N`` is where its output starts in the capture file.
-- one result per function: ``{"module", "qualname", "ok": true, "export"
-  (base64), "stablehlo", "outputs", "platforms", "metadata", "output"}`` or
-  ``{"module", "qualname", "ok": false, "rule", "reason", "output"}``.
+- one result per function: ``{"module", "qualname", "ok": true, "payload"
+  (member name -> base64), "platforms", "metadata", "output"}``, the
+  ``JaxExport`` contract's payload and metadata; or ``{"module",
+  "qualname", "ok": false, "rule", "reason", "output"}``.
 - ``{"event": "done"}`` at the end.
 
 This module imports neither jax nor the user's code at import time: the
@@ -35,7 +36,7 @@ from typing import IO, Any, Final
 
 __all__ = ["PROTOCOL_VERSION", "main"]
 
-PROTOCOL_VERSION: Final = 1
+PROTOCOL_VERSION: Final = 2
 #: Input dtypes jax gives only with jax_enable_x64 on.
 _WIDE: Final = frozenset({"float64", "int64", "uint64", "complex128"})
 

@@ -71,9 +71,10 @@ class CallStats:
 class Staged:
     """One variant of an entry in this process: its export, guard and executables.
 
-    ``in_tree`` is the build's ``ppy.pytrees.structure`` of the traced
-    parameters; ``trees`` holds each call structure that matched it, with
-    the output tree it gives, so the digest is computed once per structure.
+    ``variant.in_tree`` is the build's ``ppy.pytrees.structure`` of the
+    traced parameters; ``trees`` holds each call structure that matched it,
+    with the output tree it gives, so the digest is computed once per
+    structure.
     """
 
     def __init__(self, variant: Variant, exported: Any, guard: Guard, module: str) -> None:
@@ -116,7 +117,9 @@ class Staged:
         except Unreadable as error:
             return Fallback("tree", f"the inputs' tree cannot be compared: {error}")
         if now != self.variant.in_tree:
-            return Fallback("tree", f"the inputs are a {in_tree}, another tree than the build's")
+            shown = str(in_tree)
+            shown = shown if len(shown) <= 160 else f"{shown[:157]}..."
+            return Fallback("tree", f"the inputs are {shown}, another tree than the build's")
         try:
             out = rebuild(
                 self.variant.out_tree,
