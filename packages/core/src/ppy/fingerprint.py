@@ -253,9 +253,7 @@ def _stateless(value: Any) -> bool:
 
 def _behaviour(item: Any) -> bool:
     """A class attribute that is code, not data."""
-    return isinstance(
-        item, types.FunctionType | staticmethod | classmethod | property | type
-    ) or callable(item)
+    return callable(item) or isinstance(item, staticmethod | classmethod | property)
 
 
 def _is_dtype(value: Any) -> bool:
