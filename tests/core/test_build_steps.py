@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ppy.build import build, build_project
+from ppy.build import build, build_project, load_project
 from ppy.config import load_config
 from ppy.decision import Outcome
 
@@ -36,7 +36,7 @@ def test_build_project_reuses_entries_from_the_artifact_it_is_given(
     config = load_config(root)
     config.artifact.unlink()  # only the in-memory artifact is left to reuse from
 
-    again = build_project(config, first.artifact)
+    again = build_project(load_project(config), first.artifact)
 
     assert [d.outcome for d in again.decisions] == [Outcome.REUSED, Outcome.REUSED]
     payloads = [(e.key, dict(e.payload)) for e in again.artifact.entries]
@@ -50,7 +50,7 @@ def test_build_project_without_a_previous_artifact_stages_again(
     root = make_project({"model.ppy": SOURCE}, pyproject='[project]\nname = "demo"\n')
     build(root)  # the file exists, but the caller says there is nothing to reuse
 
-    again = build_project(load_config(root), None)
+    again = build_project(load_project(load_config(root)), None)
 
     assert [d.outcome for d in again.decisions] == [Outcome.STAGED, Outcome.STAGED]
     assert [m.stage_keys for m in again.artifact.modules] == [

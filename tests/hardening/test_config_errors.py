@@ -47,6 +47,41 @@ MALFORMED: dict[str, tuple[bytes, str | None, str]] = {
     ),
     "artifact is a number": (b"[tool.ppy]\nartifact = 3\n", "tool.ppy.artifact", "an integer"),
     "artifact is empty": (b'[tool.ppy]\nartifact = " "\n', "tool.ppy.artifact", "is empty"),
+    "artifact holds a NUL": (
+        b'[tool.ppy]\nartifact = "a\\u0000b.ppyz"\n',
+        "tool.ppy.artifact",
+        "holds a control character",
+    ),
+    "artifact is the program": (
+        b'[tool.ppy]\nartifact = "model.ppy"\n',
+        "tool.ppy.artifact",
+        "does not end in .ppyz",
+    ),
+    "artifact is pyproject.toml": (
+        b'[tool.ppy]\nartifact = "pyproject.toml"\n',
+        "tool.ppy.artifact",
+        "does not end in .ppyz",
+    ),
+    "artifact is absolute": (
+        b'[tool.ppy]\nartifact = "/tmp/ppy-hardening/x.ppyz"\n',
+        "tool.ppy.artifact",
+        "is not relative to the project root",
+    ),
+    "artifact is in the home folder": (
+        b'[tool.ppy]\nartifact = "~/x.ppyz"\n',
+        "tool.ppy.artifact",
+        "is not relative to the project root",
+    ),
+    "artifact leaves the project": (
+        b'[tool.ppy]\nartifact = "../x/y.ppyz"\n',
+        "tool.ppy.artifact",
+        "outside the project root",
+    ),
+    "artifact leaves through a linked folder": (
+        b'[tool.ppy]\nartifact = "linked/y.ppyz"\n',
+        "tool.ppy.artifact",
+        "outside the project root",
+    ),
     "plugins is a number": (b"[tool.ppy]\nplugins = 3\n", "tool.ppy.plugins", "plugin tables"),
     "a plugin table is a string": (
         b'[tool.ppy.plugins]\njax = "on"\n',
@@ -81,7 +116,22 @@ MALFORMED: dict[str, tuple[bytes, str | None, str]] = {
     "export-timeout = 0": (
         b"[tool.ppy.plugins.jax]\nexport-timeout = 0\n",
         "tool.ppy.plugins.jax.export-timeout",
-        "> 0",
+        "is 0.0; wanted 0.1 to 86400 seconds",
+    ),
+    "export-timeout = inf": (
+        b"[tool.ppy.plugins.jax]\nexport-timeout = inf\n",
+        "tool.ppy.plugins.jax.export-timeout",
+        "is inf; wanted a finite number",
+    ),
+    "export-timeout = nan": (
+        b"[tool.ppy.plugins.jax]\nexport-timeout = nan\n",
+        "tool.ppy.plugins.jax.export-timeout",
+        "is nan; wanted a finite number",
+    ),
+    "export-timeout = 1e308": (
+        b"[tool.ppy.plugins.jax]\nexport-timeout = 1e308\n",
+        "tool.ppy.plugins.jax.export-timeout",
+        "wanted 0.1 to 86400 seconds",
     ),
     'export-timeout = "10"': (
         b'[tool.ppy.plugins.jax]\nexport-timeout = "10"\n',
@@ -91,7 +141,17 @@ MALFORMED: dict[str, tuple[bytes, str | None, str]] = {
     "export-memory-limit = -1": (
         b"[tool.ppy.plugins.jax]\nexport-memory-limit = -1\n",
         "tool.ppy.plugins.jax.export-memory-limit",
-        "> 0",
+        "wanted 128 to 1073741824 megabytes",
+    ),
+    "export-memory-limit = 2**63 - 1": (
+        b"[tool.ppy.plugins.jax]\nexport-memory-limit = 9223372036854775807\n",
+        "tool.ppy.plugins.jax.export-memory-limit",
+        "wanted 128 to 1073741824 megabytes",
+    ),
+    "captured-array-limit = -1": (
+        b"[tool.ppy.plugins.jax]\ncaptured-array-limit = -1\n",
+        "tool.ppy.plugins.jax.captured-array-limit",
+        "wanted 0 to 1073741824 bytes",
     ),
     "an unknown jax setting": (
         b"[tool.ppy.plugins.jax]\ntimeout = 3\n",
@@ -131,15 +191,22 @@ def test_a_malformed_pyproject_is_one_clear_error(
     case: str, command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     content, key, words = MALFORMED[case]
-    pyproject = tmp_path / "pyproject.toml"
+    project = tmp_path / "project"
+    project.mkdir()
+    pyproject = project / "pyproject.toml"
     pyproject.write_bytes(content if case in WHOLE else HEAD.encode() + content)
-    program = tmp_path / "model.ppy"
+    program = project / "model.ppy"
     program.write_text('print("the program ran")\n')
-    argv = ["build", str(tmp_path)] if command == "build" else ["run", str(program)]
+    (tmp_path / "outside").mkdir()
+    (project / "linked").symlink_to(tmp_path / "outside")
+    argv = ["build", str(project)] if command == "build" else ["run", str(program)]
 
     code = main(argv)
 
     out, err = capsys.readouterr()
+    assert program.read_text() == 'print("the program ran")\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["outside", "project"]
+    assert not any((tmp_path / "outside").iterdir())
     assert code == 2, err
     assert "the program ran" not in out
     (first, *rest) = err.rstrip("\n").splitlines()
@@ -148,3 +215,4 @@ def test_a_malformed_pyproject_is_one_clear_error(
     assert words in first, err
     assert len(rest) == 1 and rest[0].startswith("  remedy: ") and len(rest[0]) > 14, err
     assert "Traceback" not in err
+    assert not (project / ".ppy").exists()

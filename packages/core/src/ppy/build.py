@@ -297,20 +297,20 @@ def build(target: Path, *, plugins: Registry | None = None) -> BuildResult:
     Under the project's build lock, the previous artifact read included: a
     second build waits, then reuses what the first wrote.
     """
-    config = load_config(target)
-    with build_lock(config.artifact):
-        return build_project(config, read_previous(config), plugins=plugins)
+    project = load_project(load_config(target), plugins)
+    with build_lock(project.config.artifact):
+        return build_project(project, read_previous(project.config))
 
 
-def build_project(
-    config: Config, previous: Artifact | None, *, plugins: Registry | None = None
-) -> BuildResult:
-    """Build with a configuration and previous artifact the caller already read.
+def build_project(project: Project, previous: Artifact | None) -> BuildResult:
+    """Build a project the caller loaded, from a previous artifact it already read.
 
     ``ppy run`` has read both to decide that a build is needed; reading them
-    again would cost its start-up and could see a different file.
+    again would cost its start-up and could see a different file. Loading
+    comes first, outside the build lock, so a configuration error is found
+    before anything is created in the project.
     """
-    project = load_project(config, plugins)
+    config = project.config
     ledger = _Ledger(decisions={(d.module, d.qualname): d for d in project.decisions})
     for plugin in project.plugins.by_name.values():
         targets = _reuse(project, plugin, previous, ledger)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 from ppy.errors import ConfigError
 
@@ -27,6 +28,7 @@ except ModuleNotFoundError:  # pragma: no cover - only where tomllib is missing
 
 __all__ = [
     "ALLOWED_KEYS",
+    "ARTIFACT_SUFFIX",
     "DEFAULT_ARTIFACT",
     "Config",
     "Setting",
@@ -42,12 +44,19 @@ DEFAULT_ARTIFACT: Final = ".ppy/artifact.ppyz"
 
 @dataclass(frozen=True)
 class Setting:
-    """One key of a table: what types it takes, its default, and what it means."""
+    """One key of a table: what types it takes, its default, and what it means.
+
+    ``bounds`` is the inclusive range a number must fall in, with the unit it
+    is counted in for messages (``(1, 86400, "seconds")``). A float setting
+    is always finite: ``inf`` and ``nan`` are TOML floats, but no limit or
+    duration ppy reads means anything at either.
+    """
 
     types: tuple[type, ...]
     default: Any
     help: str
     choices: tuple[Any, ...] | None = None
+    bounds: tuple[float, float, str] | None = None
 
 
 _CORE_SCHEMA: Final[Mapping[str, Setting]] = {
@@ -176,6 +185,7 @@ def validate_table(
             )
         if type(value) is int and float in setting.types and int not in setting.types:
             value = float(value)
+        _check_number(value, setting, key=f"{prefix}.{key}", path=path)
         if setting.choices is not None and value not in setting.choices:
             allowed_values = ", ".join(_render(c) for c in setting.choices)
             raise ConfigError(
@@ -187,6 +197,35 @@ def validate_table(
             )
         result[key] = value
     return result
+
+
+def _check_number(value: object, setting: Setting, *, key: str, path: str) -> None:
+    """Refuse a float that is not finite, or a number outside ``setting.bounds``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    name = key.rsplit(".", 1)[-1]
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(
+            f"is {_render(value)}; wanted a finite number: {setting.help}",
+            path=path,
+            key=key,
+            remedy=f"give {name} a finite number, or remove it for {_render(setting.default)}",
+        )
+    if setting.bounds is None:
+        return
+    low, high, unit = setting.bounds
+    if not low <= value <= high:
+        raise ConfigError(
+            f"is {_render(value)}; wanted {_number(low)} to {_number(high)} {unit}: {setting.help}",
+            path=path,
+            key=key,
+            remedy=f"give {name} a number of {unit} from {_number(low)} to {_number(high)}, "
+            f"or remove it for {_render(setting.default)}",
+        )
+
+
+def _number(value: float) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def remedy_for(config: Config, *, table: str, line: str) -> str:
@@ -280,6 +319,45 @@ def _plugin_tables(raw: Mapping[str, Any], path: str) -> Mapping[str, Mapping[st
     return MappingProxyType(plugins)
 
 
+#: The suffix every artifact has: a name that could be a source file, a
+#: configuration file or anything else the project holds is never written over.
+ARTIFACT_SUFFIX: Final = ".ppyz"
+
+
+def _artifact_path(root: Path, value: str, path: str) -> Path:
+    """Where ``artifact = value`` puts the artifact: a ``.ppyz`` file inside ``root``.
+
+    ``ppy build`` creates folders and replaces a file there, so a path that
+    leaves the project (absolute, ``..``, or through a linked folder) or that
+    names a source or configuration file is a configuration error rather than
+    something ppy overwrites. The folder is resolved, the name is not: a link
+    in the artifact's own place is refused when it is read or written.
+    """
+
+    def refuse(what: str, remedy: str) -> NoReturn:
+        raise ConfigError(what, path=path, key="tool.ppy.artifact", remedy=remedy)
+
+    inside = f'give a path inside the project root, such as "{DEFAULT_ARTIFACT}"'
+    if not value.strip():
+        refuse(f'is empty; wanted a file path such as "{DEFAULT_ARTIFACT}"', inside)
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        refuse(f"{_render(value)} holds a control character", inside)
+    relative = Path(value)
+    if relative.is_absolute() or value.startswith("~"):
+        refuse(f"{_render(value)} is not relative to the project root", inside)
+    if relative.suffix != ARTIFACT_SUFFIX:
+        refuse(
+            f"{_render(value)} does not end in {ARTIFACT_SUFFIX}; ppy writes its artifact only "
+            f"to a {ARTIFACT_SUFFIX} file, never over a source or configuration file",
+            f'name the file with {ARTIFACT_SUFFIX}, such as "{DEFAULT_ARTIFACT}"',
+        )
+    project = root.resolve()
+    target = (project / relative).parent.resolve() / relative.name
+    if not target.parent.is_relative_to(project):
+        refuse(f"{_render(value)} resolves to {target}, outside the project root {project}", inside)
+    return target
+
+
 def load_config(target: Path) -> Config:
     """The configuration for ``target`` (a file or a directory).
 
@@ -304,13 +382,6 @@ def load_config(target: Path) -> Config:
             remedy="write each plugin's settings under a [tool.ppy.plugins.<name>] header",
         )
     settings = validate_table(table, _CORE_SCHEMA, path=path, prefix="tool.ppy")
-    if not settings["artifact"].strip():
-        raise ConfigError(
-            'is empty; wanted a file path such as ".ppy/artifact.ppyz"',
-            path=path,
-            key="tool.ppy.artifact",
-            remedy="give a path relative to the project root, or remove the key",
-        )
     project = document.get("project", {})
     name = project.get("name") if isinstance(project, Mapping) else None
     return Config(
@@ -318,7 +389,7 @@ def load_config(target: Path) -> Config:
         pyproject=pyproject,
         project=name if isinstance(name, str) and name else root.name,
         build_execution=settings["build-execution"] == "allow",
-        artifact=(root / settings["artifact"]).resolve(),
+        artifact=_artifact_path(root, settings["artifact"], path),
         plugins=_plugin_tables(settings["plugins"], path),
         digest=_digest(table),
     )

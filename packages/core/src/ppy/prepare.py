@@ -137,7 +137,7 @@ def _rebuilt(config: Config, stale: str, artifact: Artifact | None) -> Artifact 
     A runtime-only install cannot stage anything, so a build there would only
     replace an artifact made elsewhere by one with no entries.
     """
-    from ppy.build import build_project
+    from ppy.build import build_project, load_project
     from ppy.lock import build_lock
     from ppy.registry import load_plugins
 
@@ -152,8 +152,9 @@ def _rebuilt(config: Config, stale: str, artifact: Artifact | None) -> Artifact 
         )
         return artifact
     log.info("run.build", reason=stale)
+    project = load_project(config, plugins)
     with build_lock(config.artifact):  # writes take turns with a `ppy build`
-        result = build_project(config, artifact, plugins=plugins)
+        result = build_project(project, artifact)
     for decision in result.failed:
         log.warning(
             "run.build_failed",

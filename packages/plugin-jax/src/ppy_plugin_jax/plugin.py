@@ -37,7 +37,10 @@ SETTINGS: Mapping[str, Setting] = {
         "default: the build machine's default jax backend",
     ),
     "export-timeout": Setting(
-        (float,), 120.0, "seconds a module may take to import and export before it is stopped"
+        (float,),
+        120.0,
+        "seconds a module may take to import and export before it is stopped",
+        bounds=(0.1, 86400, "seconds"),
     ),
     "verify-sizes": Setting(
         (bool,),
@@ -50,12 +53,14 @@ SETTINGS: Mapping[str, Setting] = {
         DEFAULT_LIMIT,
         "bytes of the largest array a function may read from module globals and still be "
         "exported (it is baked into the artifact); pass larger ones as parameters",
+        bounds=(0, 1 << 30, "bytes"),
     ),
     "export-memory-limit": Setting(
         (int,),
         8192,
         "megabytes of memory the export worker may allocate (RLIMIT_DATA); "
         "beyond it the user's code gets a MemoryError",
+        bounds=(128, 1 << 30, "megabytes"),
     ),
 }
 
@@ -118,29 +123,6 @@ class JaxExportPlugin:
                     remedy='write platforms = ["cpu"], say, or remove it for the default backend',
                 )
             settings["platforms"] = sorted(set(platforms), key=PLATFORMS.index)
-        if settings["export-timeout"] <= 0:
-            raise ConfigError(
-                f"export-timeout must be a number of seconds > 0, got {settings['export-timeout']}",
-                path=path,
-                key="tool.ppy.plugins.jax.export-timeout",
-                remedy="give a positive number of seconds, or remove it for 120",
-            )
-        if settings["captured-array-limit"] < 0:
-            raise ConfigError(
-                "captured-array-limit must be a number of bytes >= 0, "
-                f"got {settings['captured-array-limit']}",
-                path=path,
-                key="tool.ppy.plugins.jax.captured-array-limit",
-                remedy=f"give a number of bytes, or remove it for {DEFAULT_LIMIT}",
-            )
-        if settings["export-memory-limit"] <= 0:
-            raise ConfigError(
-                "export-memory-limit must be a number of megabytes > 0, "
-                f"got {settings['export-memory-limit']}",
-                path=path,
-                key="tool.ppy.plugins.jax.export-memory-limit",
-                remedy="give a positive number of megabytes, or remove it for 8192",
-            )
         return settings
 
     def fingerprint(self, settings: Mapping[str, Any]) -> str:
