@@ -26,7 +26,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from ppy.artifact import FORMAT_VERSION, MANIFEST, Entry, dumps, loads, read_artifact
+from ppy.artifact import (
+    FORMAT_VERSION,
+    MANIFEST,
+    MANIFEST_SIZE_LIMIT,
+    Entry,
+    dumps,
+    loads,
+    read_artifact,
+)
 from ppy.errors import ArtifactError
 
 from tests.hardening.support import copy_example, ppy, real_artifact
@@ -111,6 +119,27 @@ def _future(data: bytes) -> bytes:
     )
 
 
+#: How deep the nested manifest goes: far past any parser's recursion limit.
+NESTING = 100_000
+#: The padded manifest's size: over ``MANIFEST_SIZE_LIMIT``, a few hundred KB zipped.
+PADDED = MANIFEST_SIZE_LIMIT + (16 << 20)
+
+
+def _manifest(content: bytes) -> Callable[[bytes], bytes]:
+    """The archive with its manifest replaced by ``content``, the rest as it was."""
+    return lambda data: _zip(
+        [(i, content if i.filename == MANIFEST else c) for i, c in _members(data)]
+    )
+
+
+_HEAD = f'{{"format": "ppy-artifact", "format_version": {FORMAT_VERSION}, '.encode()
+_nested = _manifest(_HEAD + b'"x": ' + b"[" * NESTING + b"]" * NESTING + b"}")
+
+
+def _padded(data: bytes) -> bytes:
+    return _manifest(_HEAD + b'"x": 1' + b" " * (PADDED - len(_HEAD) - 7) + b"}")(data)
+
+
 def _encrypted(data: bytes) -> bytes:
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
         info = archive.getinfo(EXPORT)
@@ -137,6 +166,8 @@ HOSTILE: dict[str, tuple[Callable[[bytes], bytes], str]] = {
     "a member smaller than declared": (_declared_size(1000), "the manifest says"),
     "an encrypted member": (_encrypted, "encrypted"),
     "a future format version": (_future, f"format version {FORMAT_VERSION + 1} is not one"),
+    "a manifest nested 100,000 deep": (_nested, "nests deeper than"),
+    "a manifest over the size limit": (_padded, "the manifest would decompress"),
 }
 
 
@@ -151,7 +182,13 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 
 
 #: The cases a ``ppy run`` that may build is also tried on (each costs a build).
-REBUILT = ("a member held twice", "a symbolic link member", "a future format version")
+REBUILT = (
+    "a member held twice",
+    "a symbolic link member",
+    "a future format version",
+    "a manifest nested 100,000 deep",
+    "a manifest over the size limit",
+)
 
 
 @pytest.mark.parametrize("case", list(HOSTILE))
@@ -213,6 +250,30 @@ def test_a_zip_bomb_is_refused_before_it_is_inflated() -> None:
     finally:
         tracemalloc.stop()
     assert peak < 16 << 20, f"the reader allocated {peak} bytes"
+
+
+def test_a_huge_manifest_is_refused_from_its_header(tmp_path: Path) -> None:
+    """A manifest of 80 MiB in a few hundred KB: refused before it is inflated."""
+    data = _padded(real_artifact())
+    assert len(data) < 1 << 20
+    tracemalloc.start()
+    try:
+        with pytest.raises(ArtifactError, match="the manifest would decompress"):
+            loads(data, path="padded.ppyz")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, f"the reader allocated {peak} bytes"
+
+
+def test_inspect_says_why_a_deep_manifest_is_refused(tmp_path: Path) -> None:
+    artifact = tmp_path / "deep.ppyz"
+    artifact.write_bytes(_nested(real_artifact()))
+    for args in (("inspect",), ("inspect", "--json")):
+        shown = ppy(*args, str(artifact))
+        assert shown.returncode == 1, shown.stderr
+        assert f"ppy: error: {artifact} [manifest.json]: the manifest nests deeper" in shown.stderr
+        assert "Traceback" not in shown.stderr and "RecursionError" not in shown.stderr
 
 
 # -- loading executes nothing -------------------------------------------------

@@ -47,6 +47,8 @@ __all__ = [
     "MANIFEST",
     "MEMBER_SIZE_LIMIT",
     "ARCHIVE_SIZE_LIMIT",
+    "MANIFEST_DEPTH_LIMIT",
+    "MANIFEST_SIZE_LIMIT",
     "READABLE_VERSIONS",
     "Artifact",
     "ArtifactError",
@@ -70,6 +72,12 @@ MANIFEST = "manifest.json"
 #: function with large constants is still far below them.
 MEMBER_SIZE_LIMIT = 1 << 30
 ARCHIVE_SIZE_LIMIT = 4 << 30
+#: The most bytes the manifest may hold, and how deep its JSON may nest. A
+#: project of thousands of entries needs a few megabytes and a dozen levels;
+#: the bounds keep a hostile manifest from costing gigabytes of memory or
+#: exhausting the parser's recursion before it is refused.
+MANIFEST_SIZE_LIMIT = 64 << 20
+MANIFEST_DEPTH_LIMIT = 128
 
 #: 1980-01-01 is the earliest time a zip header can hold.
 _EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -139,6 +147,8 @@ def _check_writable(entry: Entry) -> None:
     for part, value in (("module", entry.module), ("qualname", entry.qualname)):
         if not value or "/" in value or "\\" in value or ".." in value.split("."):
             raise ValueError(f"{where}: {part} {value!r} cannot name an archive folder")
+    if _depth(entry.metadata) > MANIFEST_DEPTH_LIMIT // 2:
+        raise ValueError(f"{where}: metadata nests deeper than {MANIFEST_DEPTH_LIMIT // 2} levels")
     for short in entry.payload:
         if not _SHORT_NAME.fullmatch(short):
             raise ValueError(
@@ -255,12 +265,13 @@ def write_artifact(artifact: Artifact, path: Path) -> None:
     """
     data = dumps(artifact)
     path = Path(path)
+    _check_replaceable(path)
     temp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         # 0o666 before the umask, as for any file the user writes; the
         # artifact is meant to be copied to and run on other machines.
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o666)
         try:
             with os.fdopen(fd, "wb") as stream:
                 stream.write(data)
@@ -276,6 +287,69 @@ def write_artifact(artifact: Artifact, path: Path) -> None:
             path=str(path),
             remedy="check that the folder exists and is writable, then run `ppy build` again",
         ) from error
+
+
+#: Opens the final path component itself, never what a link there points to.
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+#: What an artifact's manifest says of itself; a file without it is not replaced.
+_FORMAT_MARK = f'"format": "{FORMAT}"'.encode()
+
+
+def _check_replaceable(path: Path) -> None:
+    """Refuse to write over anything at ``path`` but a file ppy wrote.
+
+    A build replaces the previous artifact, damaged or not, but never a
+    link, a folder or a file of the user's that happens to have the name:
+    it must be a zip that holds a manifest saying it is a ppy artifact. The
+    manifest is searched, not parsed, so a damaged one (the reason to
+    rebuild) does not stop the build.
+    """
+
+    def refuse(what: str) -> NoReturn:
+        raise ArtifactError(
+            f"{what}; ppy replaces only an artifact it wrote",
+            path=str(path),
+            remedy="move it away, or set [tool.ppy] artifact to another path",
+        )
+
+    try:
+        status = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return  # nothing there to lose; the write says why it cannot happen, if it cannot
+    except OSError as error:
+        refuse(f"cannot be examined ({error.strerror or error})")
+    if stat.S_ISLNK(status.st_mode):
+        refuse("is a symbolic link")
+    if not stat.S_ISREG(status.st_mode):
+        refuse("is not a regular file")
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+        with os.fdopen(fd, "rb") as stream, zipfile.ZipFile(stream) as archive:
+            marked = _says_format(archive)
+    except (KeyError, zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError):
+        # KeyError: no manifest; the rest: not a zip, or a damaged one.
+        refuse("is not a ppy artifact (not a zip archive with a manifest)")
+    except (NotImplementedError, RuntimeError):
+        refuse("is not a ppy artifact (an encrypted or unknown kind of zip)")
+    if not marked:
+        refuse(f"is not a ppy artifact (its manifest does not say format {FORMAT!r})")
+
+
+def _says_format(archive: zipfile.ZipFile) -> bool:
+    """Whether the first ``MANIFEST_SIZE_LIMIT`` bytes of the manifest name ppy's format.
+
+    Read a chunk at a time, keeping only a mark's length of the previous
+    chunk, so even a huge manifest costs a megabyte of memory.
+    """
+    tail = b""
+    seen = 0
+    with archive.open(MANIFEST) as member:
+        while seen < MANIFEST_SIZE_LIMIT and (chunk := member.read(_CHUNK)):
+            if _FORMAT_MARK in tail + chunk:
+                return True
+            tail = chunk[-len(_FORMAT_MARK) :]
+            seen += len(chunk)
+    return False
 
 
 # -- reading ------------------------------------------------------------------
@@ -656,6 +730,10 @@ def _document(r: _Reader, raw: bytes) -> Mapping[str, Any]:
         )
     except (UnicodeDecodeError, ValueError) as error:
         r.fail(f"the manifest is not valid JSON ({error})")
+    except RecursionError:
+        r.fail(f"the manifest nests deeper than {MANIFEST_DEPTH_LIMIT} levels")
+    if _depth(document) > MANIFEST_DEPTH_LIMIT:
+        r.fail(f"the manifest nests deeper than {MANIFEST_DEPTH_LIMIT} levels")
     if not isinstance(document, dict):
         r.fail(f"the manifest must be a JSON object, found {_json_type(document)}")
     if "format" not in document:
@@ -676,6 +754,21 @@ def _document(r: _Reader, raw: bytes) -> Mapping[str, Any]:
             f"{readable})" + (f"; it was written by ppy {by}" if isinstance(by, str) else "")
         )
     return r.obj(document, "", _TOP_KEYS)
+
+
+def _depth(document: Any) -> int:
+    """How deep ``document`` nests, counted without recursion (so any depth is safe to ask)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            deepest = max(deepest, depth)
+            if depth > MANIFEST_DEPTH_LIMIT:
+                break
+            children = value.values() if isinstance(value, dict) else value
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def _module(r: _Reader, value: Any, where: str) -> ModuleRecord:
@@ -730,6 +823,11 @@ def loads(
         members = _members(r, archive, member_size_limit)
         if MANIFEST not in members:
             r.fail(f"not a ppy artifact: the archive has no {MANIFEST}", member=None)
+        if members[MANIFEST].file_size > MANIFEST_SIZE_LIMIT:
+            r.fail(
+                f"the manifest would decompress to {members[MANIFEST].file_size} bytes, over "
+                f"the limit of {MANIFEST_SIZE_LIMIT} (a damaged or hostile archive)"
+            )
         top = _document(r, _read_member(r, archive, members[MANIFEST]))
 
         written_by = r.str_map(top["written_by"], "written_by")
@@ -774,17 +872,25 @@ def read_artifact(path: Path) -> Artifact:
     """Read and validate the artifact at ``path``."""
     path = Path(path)
     where = str(path)
+    if path.is_symlink():
+        raise ArtifactError(
+            "is a symbolic link; ppy reads an artifact only from its own file",
+            path=where,
+            remedy="copy the artifact into place, or build it with `ppy build`",
+        )
     if not path.exists():
         raise ArtifactError("no artifact here", path=where, remedy="build it with `ppy build`")
     if not path.is_file():
         raise ArtifactError("not a file", path=where)
     try:
-        size = path.stat().st_size
-        if size > ARCHIVE_SIZE_LIMIT:
-            raise ArtifactError(
-                f"the file is {size} bytes, over the limit of {ARCHIVE_SIZE_LIMIT}", path=where
-            )
-        data = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+        with os.fdopen(fd, "rb") as stream:
+            size = os.fstat(stream.fileno()).st_size
+            if size > ARCHIVE_SIZE_LIMIT:
+                raise ArtifactError(
+                    f"the file is {size} bytes, over the limit of {ARCHIVE_SIZE_LIMIT}", path=where
+                )
+            data = stream.read()
     except OSError as error:
         raise ArtifactError(
             f"cannot read the artifact: {error.strerror or error}", path=where

@@ -15,6 +15,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,8 @@ __all__ = ["DEFAULT_TIMEOUT", "LOCK_TIMEOUT_ENV", "LockTimeout", "build_lock", "
 DEFAULT_TIMEOUT: Final = 600.0
 #: Overrides ``DEFAULT_TIMEOUT`` (seconds).
 LOCK_TIMEOUT_ENV: Final = "PPY_LOCK_TIMEOUT"
+#: The longest wait ``LOCK_TIMEOUT_ENV`` may ask for: a day (``inf`` and ``nan`` are refused).
+MAX_TIMEOUT: Final = 86400.0
 _POLL: Final = 0.1
 
 
@@ -48,12 +51,37 @@ def _timeout() -> float:
         value = float(raw)
     except ValueError:
         value = -1.0
-    if value < 0:
+    if not 0 <= value <= MAX_TIMEOUT:
         raise PpyError(
             f"{LOCK_TIMEOUT_ENV}={raw!r} is not a number of seconds",
-            remedy=f"set {LOCK_TIMEOUT_ENV} to a number >= 0, or unset it",
+            remedy=f"set {LOCK_TIMEOUT_ENV} to a number from 0 to {MAX_TIMEOUT}, or unset it",
         )
     return value
+
+
+def _open(path: Path) -> int:
+    """The lock file, opened without following a link: a project that ships
+    the lock as a symbolic link cannot make ppy create or lock a file elsewhere."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise PpyError(
+                f"{path}: the build lock is a symbolic link; ppy does not follow one",
+                remedy="remove the link; ppy creates the lock file itself",
+            ) from error
+        raise PpyError(
+            f"{path}: cannot open the build lock: {error.strerror or error}",
+            remedy="check that the artifact's folder is writable",
+        ) from error
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise PpyError(
+            f"{path}: the build lock is not a regular file",
+            remedy="remove it; ppy creates the lock file itself",
+        )
+    return fd
 
 
 @contextlib.contextmanager
@@ -68,14 +96,7 @@ def build_lock(artifact: Path, *, timeout: float | None = None) -> Iterator[None
 
     limit = _timeout() if timeout is None else timeout
     path = lock_path(artifact)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    except OSError as error:
-        raise PpyError(
-            f"{path}: cannot open the build lock: {error.strerror or error}",
-            remedy="check that the artifact's folder is writable",
-        ) from error
+    fd = _open(path)
     try:
         deadline = time.monotonic() + limit
         waited = False
