@@ -133,6 +133,11 @@ class Artifact:
     def module(self, name: str) -> ModuleRecord | None:
         return self._modules_by_name.get(name)
 
+    def decision(self, module: str, qualname: str) -> Decision | None:
+        return next(
+            (d for d in self.decisions if (d.module, d.qualname) == (module, qualname)), None
+        )
+
 
 # -- writing ------------------------------------------------------------------
 

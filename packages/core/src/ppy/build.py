@@ -21,7 +21,7 @@ from typing import Any
 
 from ppy.artifact import Artifact, ArtifactError, ModuleRecord, read_artifact, write_artifact
 from ppy.config import Config, load_config
-from ppy.decision import Decision, Outcome
+from ppy.decision import Check, Decision, Outcome
 from ppy.discovery import discover_module
 from ppy.entry import Entry
 from ppy.errors import ConfigError
@@ -170,11 +170,14 @@ def _reuse(
             and not _changed_dependency(module, project.modules, previous)
         ):
             for decision, entry in zip(allowed, old, strict=True):
-                assert entry is not None
-                reused = decision.settle(
+                assert entry is not None and previous is not None
+                staged = _staging(previous.decision(decision.module, decision.qualname))
+                how = f" ({staged.detail})" if staged else ""
+                reused = replace(decision, trail=(*decision.trail, *filter(None, [staged])))
+                reused = reused.settle(
                     Outcome.REUSED,
                     "reused",
-                    "unchanged since the last build; entry reused",
+                    f"unchanged since the last build; entry reused{how}",
                     signature=entry.signature,
                 )
                 ledger.settle(reused, entry)
@@ -185,6 +188,13 @@ def _reuse(
             StageTarget(module, tuple(f for f in module.functions if f.qualname in names))
         )
     return tuple(targets)
+
+
+def _staging(previous: Decision | None) -> Check | None:
+    """The step of an earlier build that staged the entry, carried by every reuse of it,
+    so ``ppy explain`` still says how the entry was made."""
+    trail = previous.trail if previous else ()
+    return next((c for c in reversed(trail) if c.rule == "staged"), None)
 
 
 def _dependencies(module: ModuleInfo, modules: Sequence[ModuleInfo]) -> list[ModuleInfo]:

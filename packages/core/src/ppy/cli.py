@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -51,6 +53,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Stage JAX functions at build time and run them through PJRT.",
         parents=[common],
     )
+    parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     build = commands.add_parser(
@@ -84,9 +87,10 @@ def _parser() -> argparse.ArgumentParser:
         "--no-build", action="store_true", help="never build; run what the artifact holds"
     )
     run.add_argument("program", metavar="FILE", help="the .ppy program to run")
-    run.add_argument(
+    remainder = run.add_argument(
         "args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments passed to the program"
     )
+    remainder.required = False  # argparse counts an empty remainder as missing
 
     inspect = commands.add_parser(
         "inspect",
@@ -132,7 +136,28 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    """``ppy 0.1.0 (python 3.11.7)``: what a bug report needs first."""
+    import platform
+
+    from ppy import __version__
+
+    return f"ppy {__version__} (python {platform.python_version()})"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader went away (`ppy inspect --json | head`): stop quietly, as
+        # coreutils do, and keep Python's exit-time flush from complaining.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 128 + signal.SIGPIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     from ppy.log import configure
 
@@ -197,11 +222,16 @@ def _inspect(args: argparse.Namespace) -> int:
     from ppy.artifact import read_artifact
     from ppy.inspect import render_text, to_json
 
-    artifact = read_artifact(args.artifact)
+    path: Path = args.artifact
+    if not path.exists() and not path.is_symlink():
+        raise UsageError(
+            f"{path}: no such file", remedy="give the artifact's path (ppy build prints it)"
+        )
+    artifact = read_artifact(path)
     if args.json:
         print(json.dumps(to_json(artifact), indent=2, sort_keys=True))
     else:
-        print(render_text(artifact, args.artifact))
+        print(render_text(artifact, path))
     return 0
 
 

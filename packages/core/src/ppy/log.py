@@ -14,6 +14,7 @@ should not pay at start-up.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Any, Literal
 
@@ -46,6 +47,13 @@ def configure(verbosity: int = 0, fmt: LogFormat = "console") -> None:
     _logger = None
 
 
+def _colors(stream: Any) -> bool:
+    """Colour for a terminal, unless ``NO_COLOR`` is set (https://no-color.org) or it is dumb."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    return bool(stream.isatty())
+
+
 def _structlog() -> Any:
     global _logger
     if _logger is None:
@@ -60,7 +68,7 @@ def _structlog() -> Any:
             processors.append(structlog.processors.TimeStamper(fmt="iso", utc=True))
             renderer = structlog.processors.JSONRenderer(sort_keys=True)
         else:
-            renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(), pad_event_to=0)
+            renderer = structlog.dev.ConsoleRenderer(colors=_colors(sys.stderr), pad_event_to=0)
         processors.append(renderer)
         structlog.configure(
             processors=processors,
