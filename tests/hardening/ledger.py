@@ -16,6 +16,9 @@ from tests.hardening import (
     test_artifact_fuzz as fuzz,
 )
 from tests.hardening import (
+    test_artifact_place as place,
+)
+from tests.hardening import (
     test_build_faults as faults,
 )
 from tests.hardening import (
@@ -25,7 +28,13 @@ from tests.hardening import (
     test_concurrency as concurrency,
 )
 from tests.hardening import (
+    test_cli_edges as cli,
+)
+from tests.hardening import (
     test_config_errors as config,
+)
+from tests.hardening import (
+    test_config_fuzz as config_fuzz,
 )
 from tests.hardening import (
     test_hostile_artifacts as hostile,
@@ -103,6 +112,26 @@ def rows() -> list[Row]:
         ),
         Row(
             "hostile_artifacts",
+            "a manifest of 80 MiB in a few hundred KB; a manifest nested 100,000 deep, "
+            "under `ppy inspect`, `ppy inspect --json`",
+            3,
+            "artifact error, under 16 MiB allocated; one message, no traceback",
+        ),
+        Row(
+            "artifact_place",
+            "not ppy's at the artifact's place: " + ", ".join(place.OCCUPIED),
+            len(place.OCCUPIED),
+            "`ppy build` refuses naming it, `ppy run` prints the program's output; "
+            "it is left as it was",
+        ),
+        Row(
+            "artifact_place",
+            "the build lock shipped as a symbolic link: " + ", ".join(place.LINKED_LOCKS),
+            len(place.LINKED_LOCKS),
+            "refused under `ppy build` and `ppy run`; nothing created or changed through it",
+        ),
+        Row(
+            "hostile_artifacts",
             "pickle, marshal, import and metadata tricks, loaded by: " + ", ".join(hostile.TRICKS),
             len(hostile.TRICKS),
             "nothing of them runs",
@@ -151,6 +180,19 @@ def rows() -> list[Row]:
             + ", ".join(f"`ppy {c}`" for c in config.COMMANDS),
             len(config.MALFORMED) * len(config.COMMANDS),
             "exit 2, one message: file, key, what, remedy; no traceback",
+        ),
+        Row(
+            "config_fuzz",
+            f"every key ({len(config_fuzz.KEYS)}) set to values of every TOML type and "
+            "extremes (hypothesis), under `ppy build`",
+            len(config_fuzz.KEYS) * config_fuzz.EXAMPLES,
+            "built, or exit 2 naming the key; the project untouched, nothing written outside",
+        ),
+        Row(
+            "cli_edges",
+            "the command at its edges: " + ", ".join(cli.EDGES),
+            len(cli.EDGES),
+            "what a Unix tool does: no traceback, the right exit code",
         ),
     ]
 
