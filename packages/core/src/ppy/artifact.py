@@ -294,8 +294,9 @@ def write_artifact(artifact: Artifact, path: Path) -> None:
         ) from error
 
 
-#: Opens the final path component itself, never what a link there points to.
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+#: Opens the final path component itself, never what a link there points to,
+#: and without waiting on a FIFO put there after the check that it was a file.
+_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 #: What an artifact's manifest says of itself; a file without it is not replaced.
 _FORMAT_MARK = f'"format": "{FORMAT}"'.encode()
 
@@ -329,6 +330,9 @@ def _check_replaceable(path: Path) -> None:
         refuse("is not a regular file")
     try:
         fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            refuse("is not a regular file")
         with os.fdopen(fd, "rb") as stream, zipfile.ZipFile(stream) as archive:
             marked = _says_format(archive)
     except (KeyError, zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError):
@@ -890,7 +894,10 @@ def read_artifact(path: Path) -> Artifact:
     try:
         fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
         with os.fdopen(fd, "rb") as stream:
-            size = os.fstat(stream.fileno()).st_size
+            status = os.fstat(stream.fileno())
+            if not stat.S_ISREG(status.st_mode):
+                raise ArtifactError("not a file", path=where)
+            size = status.st_size
             if size > ARCHIVE_SIZE_LIMIT:
                 raise ArtifactError(
                     f"the file is {size} bytes, over the limit of {ARCHIVE_SIZE_LIMIT}", path=where
