@@ -25,10 +25,10 @@ from tests.hardening import (
     test_cache_trust as cache,
 )
 from tests.hardening import (
-    test_concurrency as concurrency,
+    test_cli_edges as cli,
 )
 from tests.hardening import (
-    test_cli_edges as cli,
+    test_concurrency as concurrency,
 )
 from tests.hardening import (
     test_config_errors as config,
