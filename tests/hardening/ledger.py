@@ -39,6 +39,9 @@ from tests.hardening import (
 from tests.hardening import (
     test_hostile_artifacts as hostile,
 )
+from tests.hardening import (
+    test_worker_process as worker,
+)
 from tests.hardening.support import ROOT, real_artifact
 
 __all__ = ["BEGIN", "DOC", "END", "Row", "render", "rows"]
@@ -141,6 +144,31 @@ def rows() -> list[Row]:
             "user code at build time: " + ", ".join(faults.FAULTS),
             len(faults.FAULTS),
             "a decision with the reason; the build goes on; no secret reaches the worker",
+        ),
+        Row(
+            "worker_process",
+            "`ppy build` killed while its worker spins at import with a child: "
+            + ", ".join(worker.KILLS),
+            len(worker.KILLS),
+            "worker and child gone within seconds",
+        ),
+        Row(
+            "worker_process",
+            "a build alive but not acting past `export-timeout`",
+            1,
+            "the worker ends itself at `export-timeout` + 2 s",
+        ),
+        Row(
+            "worker_process",
+            "a module that writes garbage to fds 3 to 9",
+            1,
+            "its function staged; the protocol untouched",
+        ),
+        Row(
+            "worker_process",
+            "credentials under kept prefixes: " + ", ".join(worker.SECRETS),
+            len(worker.SECRETS),
+            "none reaches the worker",
         ),
         Row(
             "concurrency",

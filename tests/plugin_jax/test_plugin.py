@@ -158,11 +158,20 @@ def test_the_worker_environment_keeps_only_what_jax_needs() -> None:
         "GITHUB_TOKEN": "ghp_x",
         "PYTHONPATH": "/somewhere",
         "PYTHONSTARTUP": "/evil.py",
+        "JAX_TOKEN": "t",
+        "xla_secret_key": "k",
     }
     env = worker_environment(parent)
     for kept in ("PATH", "HOME", "LC_ALL", "JAX_PLATFORMS", "XLA_FLAGS", "CUDA_VISIBLE_DEVICES"):
         assert env[kept] == parent[kept]
-    for dropped in ("AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN", "PYTHONPATH", "PYTHONSTARTUP"):
+    for dropped in (
+        "AWS_SECRET_ACCESS_KEY",
+        "GITHUB_TOKEN",
+        "PYTHONPATH",
+        "PYTHONSTARTUP",
+        "JAX_TOKEN",
+        "xla_secret_key",
+    ):
         assert dropped not in env
 
 

@@ -4,9 +4,10 @@ The worker runs the user's code, so it gets a scrubbed environment (no
 inherited secrets), a time limit per module (``export-timeout``), a memory
 limit (``export-memory-limit``, applied by the worker to itself before any
 user code runs), and its own process group so a hang can be killed whole,
-children included. If it dies or
-hangs, the functions of the module it was working on fail with what it
-printed, and a fresh worker takes the modules that remain.
+children included. Its stdin stays open for its whole life: if the build is
+killed, the worker's guard (``guard.py``) sees it closed and kills that group.
+If the worker dies or hangs, the functions of the module it was working on
+fail with what it printed, and a fresh worker takes the modules that remain.
 """
 
 from __future__ import annotations
@@ -33,7 +34,15 @@ from ppy.plugin import StageFailure, StageRequest, StageTarget
 
 from ppy_plugin_jax.inputs import describe
 
-__all__ = ["ENV_KEEP", "ENV_PREFIXES", "export_in_worker", "worker_environment"]
+__all__ = [
+    "ENV_KEEP",
+    "ENV_PREFIXES",
+    "SECRET_NAMES",
+    "SECRET_SUFFIXES",
+    "export_in_worker",
+    "looks_secret",
+    "worker_environment",
+]
 
 #: Variables the worker inherits by name; everything else is dropped, so tokens
 #: and credentials in the build's environment never reach the user's code.
@@ -55,6 +64,13 @@ ENV_PREFIXES: Final = (
     "HIP_",
     "TPU_",
 )
+
+#: Words that mark a variable as a credential, matched anywhere in its name,
+#: whatever its case. Such a variable is dropped even under an allowed prefix
+#: (``JAX_TOKEN``), because the worker runs the project's code.
+SECRET_NAMES: Final = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
+#: ... and suffixes: ``XLA_SIGNING_KEY``, ``CUDA_API_KEY``.
+SECRET_SUFFIXES: Final = ("_KEY", "_PAT")
 
 #: How much of what the user's code printed goes into one failure.
 OUTPUT_LIMIT: Final = 4000
@@ -92,9 +108,20 @@ _REMEDIES: Final[Mapping[str, str]] = {
 }
 
 
+def looks_secret(name: str) -> bool:
+    """Whether a variable's name says it holds a credential."""
+    upper = name.upper()
+    return any(word in upper for word in SECRET_NAMES) or upper.endswith(SECRET_SUFFIXES)
+
+
 def worker_environment(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """The allow-listed part of ``environ``, plus unbuffered output."""
-    env = {k: v for k, v in environ.items() if k in ENV_KEEP or k.startswith(ENV_PREFIXES)}
+    """The allow-listed part of ``environ`` less anything named like a secret,
+    plus unbuffered output."""
+    env = {
+        k: v
+        for k, v in environ.items()
+        if (k in ENV_KEEP or k.startswith(ENV_PREFIXES)) and not looks_secret(k)
+    }
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONNOUSERSITE"] = "1"
     return env
@@ -178,9 +205,11 @@ class _Worker:
                 start_new_session=True,
             )
         assert self.process.stdin is not None and self.process.stdout is not None
+        # One line, and stdin stays open: the worker's guard reads its end as
+        # "the build is gone" and kills the worker's process group.
         try:
-            self.process.stdin.write(json.dumps(request).encode("utf-8"))
-            self.process.stdin.close()
+            self.process.stdin.write(json.dumps(request).encode("utf-8") + b"\n")
+            self.process.stdin.flush()
         except BrokenPipeError:
             pass  # it died at start-up; read() reports the end
         self.selector = selectors.DefaultSelector()
@@ -216,7 +245,9 @@ class _Worker:
             os.killpg(self.process.pid, signal.SIGKILL)
         code = self.process.wait()
         self.selector.close()
-        assert self.process.stdout is not None
+        assert self.process.stdin is not None and self.process.stdout is not None
+        with contextlib.suppress(BrokenPipeError):
+            self.process.stdin.close()
         self.process.stdout.close()
         return code
 
@@ -249,6 +280,7 @@ def export_in_worker(request: StageRequest) -> list[Entry | StageFailure]:
                 {
                     "protocol": PROTOCOL_VERSION,
                     "root": str(Path(request.root).resolve()),
+                    "timeout": timeout,
                     "platforms": request.settings.get("platforms"),
                     "memory_limit_mb": request.settings.get("export-memory-limit"),
                     "capture_limit": request.settings.get("captured-array-limit", DEFAULT_LIMIT),

@@ -1,8 +1,10 @@
 """The export worker: ``python -m ppy_plugin_jax.worker``, one per build.
 
-It reads one JSON request from stdin, imports each module under its own name
-(so ``if __name__ == "__main__":`` does not run), exports each function with
-``jax.export``, and writes one JSON line per result to the protocol pipe.
+It reads one JSON request, one line, from stdin, starts its guard
+(``guard.py``), imports each module under its own name (so ``if __name__ ==
+"__main__":`` does not run), exports each function with ``jax.export``, and
+writes one JSON line per result to the protocol fd. The build keeps stdin
+open for the worker's life: its end-of-file tells the guard the build is gone.
 The user's code may print, raise, exit or crash: fds 1 and 2 are pointed at a
 capture file before any user code runs, so nothing it writes can corrupt the
 protocol, and what it wrote is sent back with each result.
@@ -34,9 +36,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO, Any, Final
 
+from ppy_plugin_jax.guard import Guard
+
 __all__ = ["PROTOCOL_VERSION", "main"]
 
-PROTOCOL_VERSION: Final = 2
+PROTOCOL_VERSION: Final = 3
 #: Input dtypes jax gives only with jax_enable_x64 on.
 _WIDE: Final = frozenset({"float64", "int64", "uint64", "complex128"})
 
@@ -362,7 +366,7 @@ def _side_effect(printed: str) -> dict[str, Any]:
     }
 
 
-def _serve(request: Mapping[str, Any], out: IO[str], capture: Capture) -> None:
+def _serve(request: Mapping[str, Any], out: IO[str], capture: Capture, guard: Guard) -> None:
     sys.path.insert(0, request["root"])
     import ppy  # noqa: F401  (installs the .ppy import hook)
 
@@ -373,6 +377,7 @@ def _serve(request: Mapping[str, Any], out: IO[str], capture: Capture) -> None:
     for module_request in request["modules"]:
         name = module_request["name"]
         send({"event": "module", "module": name, "offset": capture.flush()})
+        guard.module_started()
         capture.take()
         try:
             module = importlib.import_module(name)
@@ -429,19 +434,34 @@ def _limit_memory(megabytes: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 
 
+def _protocol_fd() -> int:
+    """A close-on-exec copy of fd 1, numbered far above what code opens by habit.
+
+    User code that writes to fd 3 or 9, whatever it thinks is there, must not
+    reach the protocol; children it starts do not inherit it at all.
+    """
+    import fcntl
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    lowest = max(10, min(soft, 1 << 16) // 2)
+    return fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, lowest)
+
+
 def main() -> None:
-    request = json.loads(sys.stdin.read())
+    # One line: stdin stays open after it, as the guard's lifeline.
+    request = json.loads(sys.stdin.readline())
     if request.get("protocol") != PROTOCOL_VERSION:
         raise SystemExit(
             f"ppy_plugin_jax.worker speaks protocol {PROTOCOL_VERSION}, "
             f"was sent {request.get('protocol')!r}"
         )
     _limit_memory(request.get("memory_limit_mb"))
+    guard = Guard(0, float(request["timeout"]))
     # The protocol keeps the original stdout; fds 1 and 2 then point at the
     # capture file, so prints from the user's code (and from its C extensions
-    # and children) land there. ``os.dup`` gives a non-inheritable fd, so
-    # children the user's code starts cannot write to the protocol.
-    protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    # and children) land there.
+    protocol = os.fdopen(_protocol_fd(), "w", encoding="utf-8")
     fd = os.open(request["capture"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -449,7 +469,7 @@ def main() -> None:
     stdin = os.open(os.devnull, os.O_RDONLY)
     os.dup2(stdin, 0)
     os.close(stdin)
-    _serve(request, protocol, Capture(request["capture"]))
+    _serve(request, protocol, Capture(request["capture"]), guard)
     protocol.close()
 
 
