@@ -195,7 +195,32 @@ def rows() -> list[Row]:
             concurrency.RUNS,
             "the program's output; one good entry per signature",
         ),
-        Row("cache_trust", "a fresh cache under umask 0", 1, "directory 0700, entries 0600"),
+        Row(
+            "cache_trust",
+            "a fresh cache, `unstaged/` and a missing parent, under umask "
+            + ", ".join(cache.UMASKS),
+            len(cache.UMASKS),
+            "every folder 0700, entries 0600, nothing warned",
+        ),
+        Row(
+            "cache_trust",
+            "an untrusted root: " + ", ".join(cache.UNTRUSTED_ROOTS),
+            len(cache.UNTRUSTED_ROOTS),
+            "the program's output, `cache.untrusted`; nothing written under it",
+        ),
+        Row(
+            "cache_trust",
+            "`ppy cache clear` beside a user's `mytool.exe`, a key-named file that is not "
+            "an entry, a link to a file outside",
+            1,
+            "only ppy's entries removed",
+        ),
+        Row(
+            "cache_trust",
+            "a warm cache run again under other `XLA_FLAGS`",
+            1,
+            "every staged executable compiled again, under its own key",
+        ),
         Row(
             "cache_trust",
             "cache damage: " + ", ".join(cache.DAMAGE),

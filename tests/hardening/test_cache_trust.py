@@ -45,6 +45,11 @@ def _link(path: Path) -> None:
     path.symlink_to(elsewhere)
 
 
+def _fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path, 0o600)
+
+
 #: case -> (what it does to the cache, the event logged, words of the reason, entries replaced)
 DAMAGE: dict[str, tuple[Callable[[Path], None], str, str, bool]] = {
     "a group-writable entry": (
@@ -66,6 +71,7 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], str, str, bool]] = {
         True,
     ),
     "an entry that is a symbolic link": (_each(_link), "cache.untrusted", "symbolic link", True),
+    "an entry that is a FIFO": (_each(_fifo), "cache.untrusted", "not a regular file", True),
     "a truncated entry": (
         _each(lambda p: p.write_bytes(p.read_bytes()[:40])),
         "cache.corrupt",
@@ -108,28 +114,140 @@ def warm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
     return root, cache, plain
 
 
-def test_the_cache_directory_is_created_private_whatever_the_umask(
-    warm: tuple[Path, Path, str], tmp_path: Path
-) -> None:
-    root, _, plain = warm
-    cache = tmp_path / "fresh" / "cache"
+@pytest.fixture(scope="module")
+def jax_example(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The jax example, built, and what ``python model.ppy`` prints: its runs
+    fill ``unstaged/`` as well as the staged entries."""
+    root = copy_example("25_jax_export", tmp_path_factory.mktemp("cache-jax"))
+    plain = subprocess.run(
+        [sys.executable, "model.ppy"], cwd=root, capture_output=True, text=True, check=True
+    ).stdout
+    built = ppy("build", str(root))
+    assert built.returncode == 0, built.stderr
+    return root, plain
+
+
+def _run_under_umask(
+    umask: str, model: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
     # The umask is set by a shell, not a preexec_fn: this process may hold jax's threads.
-    run = subprocess.run(
+    return subprocess.run(
         [
             "sh",
             "-c",
-            'umask 0 && exec "$0" -m ppy run "$1"',
+            f'umask {umask} && exec "$0" -m ppy run --no-build "$1"',
             sys.executable,
-            str(root / "model.ppy"),
+            str(model),
         ],
         capture_output=True,
         text=True,
-        env={**os.environ, "PPY_CACHE_DIR": str(cache)},
+        env={**os.environ, **env},
         check=False,
     )
+
+
+#: The umasks a cache is created under: none at all, and the common one.
+UMASKS = ("0", "022")
+
+
+@pytest.mark.parametrize("umask", UMASKS)
+def test_every_cache_directory_is_created_private_whatever_the_umask(
+    umask: str, jax_example: tuple[Path, str], tmp_path: Path
+) -> None:
+    root, plain = jax_example
+    cache = tmp_path / "fresh" / "cache"
+    run = _run_under_umask(umask, root / "model.ppy", {"PPY_CACHE_DIR": str(cache)})
     assert (run.returncode, run.stdout) == (0, plain), run.stderr
-    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
-    assert {stat.S_IMODE(p.stat().st_mode) for p in _entries(cache)} == {0o600}
+    assert "cache.untrusted" not in run.stderr and "cache.unwritable" not in run.stderr
+    folders = [tmp_path / "fresh", cache, cache / "unstaged"]
+    assert {f.name: stat.S_IMODE(f.stat().st_mode) for f in folders} == {
+        f.name: 0o700 for f in folders
+    }
+    files = _entries(cache) + _entries(cache / "unstaged")
+    assert _entries(cache) and _entries(cache / "unstaged"), "both caches filled"
+    assert {stat.S_IMODE(p.stat().st_mode) for p in files} == {0o600}
+
+
+def _shared_folder(cache: Path) -> Path:
+    """A world-writable sticky folder (a /tmp) with the cache root linked to it."""
+    shared = cache.parent / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    cache.symlink_to(shared)
+    return shared
+
+
+def _other_users_folder(cache: Path) -> Path:
+    cache.mkdir(mode=0o700)
+    os.chown(cache, OTHER_UID, OTHER_UID)
+    return cache
+
+
+#: A cache root that is refused: where it really is, made so.
+UNTRUSTED_ROOTS: dict[str, Callable[[Path], Path]] = {
+    "a link to a world-writable sticky folder": _shared_folder,
+    "a folder of another user": _other_users_folder,
+}
+
+
+@pytest.mark.parametrize("case", list(UNTRUSTED_ROOTS))
+def test_an_untrusted_root_refuses_the_whole_tree(
+    case: str, jax_example: tuple[Path, str], tmp_path: Path
+) -> None:
+    root, plain = jax_example
+    cache = tmp_path / "cache"
+    folder = UNTRUSTED_ROOTS[case](cache)
+    run = ppy("run", "--no-build", str(root / "model.ppy"), env={"PPY_CACHE_DIR": str(cache)})
+    assert (run.returncode, run.stdout) == (0, plain), run.stderr
+    assert "cache.untrusted" in run.stderr and "Traceback" not in run.stderr
+    assert list(folder.iterdir()) == [], "nothing written under a refused root, unstaged/ included"
+
+
+def test_cache_clear_removes_only_what_ppy_wrote(
+    jax_example: tuple[Path, str], tmp_path: Path
+) -> None:
+    root, plain = jax_example
+    cache = tmp_path / "cache"
+    run = ppy("run", "--no-build", str(root / "model.ppy"), env={"PPY_CACHE_DIR": str(cache)})
+    assert (run.returncode, run.stdout) == (0, plain), run.stderr
+    written = _entries(cache) + _entries(cache / "unstaged")
+    outside = tmp_path / "precious.exe"
+    outside.write_bytes(_entries(cache)[0].read_bytes())
+    theirs = {
+        cache / "mytool.exe": b"MZ\x90\x00 a program of the user's",
+        cache / ("0" * 64 + ".exe"): b"named like a key, not an entry",
+        cache / "unstaged" / "notes.exe": b"",
+    }
+    for path, data in theirs.items():
+        path.write_bytes(data)
+    (cache / ("1" * 64 + ".exe")).symlink_to(outside)
+
+    cleared = ppy("cache", "clear", env={"PPY_CACHE_DIR": str(cache)})
+    assert cleared.returncode == 0, cleared.stderr
+    assert f"removed {len(written)} cached executables" in cleared.stdout
+    assert not any(p.exists() for p in written)
+    assert {p: p.read_bytes() for p in theirs} == theirs, "what ppy did not write stays"
+    assert (cache / ("1" * 64 + ".exe")).is_symlink() and outside.exists()
+
+
+def test_other_xla_flags_compile_another_executable(
+    jax_example: tuple[Path, str], tmp_path: Path
+) -> None:
+    root, plain = jax_example
+    cache = tmp_path / "cache"
+    env = {"PPY_CACHE_DIR": str(cache)}
+    first = ppy("run", "--no-build", str(root / "model.ppy"), env=env)
+    assert (first.returncode, first.stdout) == (0, plain), first.stderr
+    staged = set(_entries(cache))
+    flagged = ppy(
+        "run",
+        "--no-build",
+        str(root / "model.ppy"),
+        env={**env, "XLA_FLAGS": "--xla_cpu_enable_fast_math=false"},
+    )
+    assert (flagged.returncode, flagged.stdout) == (0, plain), flagged.stderr
+    again = set(_entries(cache))
+    assert staged < again and len(again) == 2 * len(staged), "each staged executable compiled again"
 
 
 @pytest.mark.parametrize("case", list(DAMAGE))

@@ -9,12 +9,14 @@ compiles again. Writes go to a temporary file in the same directory and are
 moved in place with ``os.replace``, so a reader never sees half a file.
 
 The directory is ``$PPY_CACHE_DIR``, else ``$XDG_CACHE_HOME/ppy``, else
-``~/.cache/ppy``; it is created with mode 0700 because what it holds is
-loaded as code. For the same reason nothing is trusted that another user
-could have written: a directory or an entry that is not the user's, is
-group- or world-writable, or is a symbolic link is ignored and logged as
-``cache.untrusted`` (the executable is compiled in memory instead), never
-loaded.
+``~/.cache/ppy``; it and every folder ppy creates on the way to it are made
+0700, whatever the umask, because what it holds is loaded as code. For the
+same reason nothing is trusted that another user could have written: a
+directory or an entry that is not the user's, is group- or world-writable,
+or is a symbolic link is ignored and logged as ``cache.untrusted`` (the
+executable is compiled in memory instead), never loaded. The ``unstaged/``
+folder inside trusts its parent first: when the root is refused, so is
+everything under it.
 
 Core never imports jax: the runtime supplies the facts that make up a key
 (``executable_key``).
@@ -53,6 +55,10 @@ _MAGIC = b"ppy-executable 1\n"
 _DIGEST_LEN = 64
 _SUFFIX = ".exe"
 _KEY = re.compile(r"[0-9a-f]{64}")
+#: What ``tempfile.mkstemp(prefix=".tmp-", suffix=_SUFFIX)`` names a file.
+_TEMPORARY = re.compile(r"\.tmp-[a-z0-9_]+" + re.escape(_SUFFIX))
+#: Opening an entry: never through a link, never waiting on a FIFO.
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def cache_dir() -> Path:
@@ -78,12 +84,15 @@ def executable_key(
 
     ``entry_digest`` is the hash of the export payload, ``signature`` the
     concrete (shape, dtype name) of each input, ``versions`` pairs such as
-    ``("jax", "0.10.2")``. A change in any of them is a different key, so a
-    stale executable is never found rather than found and rejected.
+    ``("jax", "0.10.2")``. The ``XLA_FLAGS`` environment variable is part of
+    it too: XLA compiles differently under other flags. A change in any of
+    them is a different key, so a stale executable is never found rather than
+    found and rejected.
     """
     parts = [f"entry={entry_digest}", f"platform={platform}", f"device_kind={device_kind}"]
     parts += [f"in={','.join(str(d) for d in shape)}:{dtype}" for shape, dtype in signature]
     parts += [f"{name}={version}" for name, version in sorted(versions)]
+    parts.append(f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
@@ -96,8 +105,10 @@ def _log() -> Any:
 class ExecutableCache:
     """Executables by key, one file each, checked on every read."""
 
-    def __init__(self, directory: Path | None = None) -> None:
+    def __init__(self, directory: Path | None = None, *, parent: Path | None = None) -> None:
+        """``parent``: the cache folder this one lives in, which must be trusted first."""
         self.directory = directory if directory is not None else cache_dir()
+        self.parent = parent
 
     def _path(self, key: str) -> Path:
         if not _KEY.fullmatch(key):
@@ -105,9 +116,10 @@ class ExecutableCache:
         return self.directory / f"{key}{_SUFFIX}"
 
     def _files(self, *, temporary: bool = False) -> Iterator[Path]:
+        """The entries (and ``temporary`` files) by name: other files are not ppy's."""
         if self.directory.is_dir():
             for path in sorted(self.directory.glob(f"*{_SUFFIX}")):
-                if temporary or not path.name.startswith(".tmp-"):
+                if _KEY.fullmatch(path.stem) or (temporary and _TEMPORARY.fullmatch(path.name)):
                     yield path
 
     def get(self, key: str) -> bytes | None:
@@ -119,7 +131,7 @@ class ExecutableCache:
             log.warning("cache.untrusted", path=str(self.directory), reason=why, remedy=_REMEDY)
             return None
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(path, _OPEN_FLAGS)
         except FileNotFoundError:
             log.debug("cache.miss", key=key)
             return None
@@ -149,7 +161,9 @@ class ExecutableCache:
     def put(self, key: str, data: bytes) -> Path:
         """Store ``data`` under ``key`` atomically; the last writer wins."""
         path = self._path(key)
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.parent is not None and (why := _untrusted_directory(self.parent)) is not None:
+            raise PermissionError(errno.EPERM, f"the cache directory {why}", str(self.parent))
+        _make_private(self.directory)
         why = self.untrusted()
         if why is not None:
             raise PermissionError(errno.EPERM, f"the cache directory {why}", str(self.directory))
@@ -196,42 +210,43 @@ class ExecutableCache:
         self._path(key).unlink(missing_ok=True)
 
     def untrusted(self) -> str | None:
-        """Why the directory cannot be trusted with executables, or None (absent is fine)."""
-        try:
-            status = os.lstat(self.directory)
-        except FileNotFoundError:
-            return None
-        if stat.S_ISLNK(status.st_mode):
-            # A link the user made (to another disk, say) is theirs to make;
-            # what it points to is checked like any directory.
-            try:
-                status = os.stat(self.directory)
-            except FileNotFoundError:
-                return None
-        if not stat.S_ISDIR(status.st_mode):
-            return "is not a directory"
-        return _untrusted(status)
+        """Why the directory, or the one it lives in, cannot be trusted with
+        executables, or None (absent is fine)."""
+        if self.parent is not None:
+            why = _untrusted_directory(self.parent)
+            if why is not None:
+                return f"is inside {self.parent}, which {why}"
+        return _untrusted_directory(self.directory)
 
     def stats(self) -> tuple[int, int]:
         """(number of executables, their total size in bytes)."""
         entries = total = 0
         for path in self._files():
             try:
-                total += path.stat().st_size
+                status = path.lstat()
             except FileNotFoundError:
                 continue
-            entries += 1
+            if stat.S_ISREG(status.st_mode):
+                entries += 1
+                total += status.st_size
         return entries, total
 
     def unstaged(self) -> ExecutableCache:
         """The cache of unstaged computations beside this one."""
-        return ExecutableCache(self.directory / UNSTAGED)
+        return ExecutableCache(self.directory / UNSTAGED, parent=self.directory)
 
     def clear(self) -> int:
         """Delete every cached executable, unstaged ones included (and stray
-        temporary files); how many."""
-        removed = self.unstaged().clear() if self.directory.name != UNSTAGED else 0
+        temporary files); how many.
+
+        Only what ppy wrote goes: a regular file of this user's, named by a
+        key (or as ppy names its temporary files), that starts with the entry
+        header. Anything else in the folder (``mytool.exe``) is left.
+        """
+        removed = self.unstaged().clear() if self.parent is None else 0
         for path in self._files(temporary=True):
+            if not _written_by_ppy(path):
+                continue
             try:
                 path.unlink()
             except FileNotFoundError:
@@ -255,6 +270,59 @@ def _untrusted(status: os.stat_result) -> str | None:
     if not (stat.S_ISREG(status.st_mode) or stat.S_ISDIR(status.st_mode)):
         return "is not a regular file"
     return None
+
+
+def _untrusted_directory(directory: Path) -> str | None:
+    """Why ``directory`` cannot be trusted with executables, or None (absent is fine)."""
+    try:
+        status = os.lstat(directory)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(status.st_mode):
+        # A link the user made (to another disk, say) is theirs to make;
+        # what it points to is checked like any directory.
+        try:
+            status = os.stat(directory)
+        except FileNotFoundError:
+            return None
+    if not stat.S_ISDIR(status.st_mode):
+        return "is not a directory"
+    return _untrusted(status)
+
+
+def _make_private(directory: Path) -> None:
+    """Create ``directory`` and the folders missing on the way to it, each 0700.
+
+    ``mkdir``'s mode is masked by the umask, and ``parents=True`` gives the
+    parents the default mode, so each folder ppy creates is chmod-ed after.
+    A folder that already exists is left as it is (it is checked, not changed).
+    """
+    missing = []
+    for folder in (directory, *directory.parents):
+        if folder.exists():
+            break
+        missing.append(folder)
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            continue  # made meanwhile by another run of this user's, or not: checked next
+        os.chmod(folder, 0o700)
+
+
+def _written_by_ppy(path: Path) -> bool:
+    """Whether ``path`` is a regular file of this user's that starts as ppy's entries do
+    (a temporary file may still be empty)."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as file:
+        status = os.fstat(file.fileno())
+        if not stat.S_ISREG(status.st_mode) or status.st_uid != os.geteuid():
+            return False
+        head = file.read(len(_MAGIC))
+    return head == _MAGIC or (path.name.startswith(".tmp-") and _MAGIC.startswith(head))
 
 
 def _check(raw: bytes) -> bytes | None:

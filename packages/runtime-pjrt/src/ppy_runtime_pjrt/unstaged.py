@@ -66,6 +66,8 @@ _MARK = "__ppy_unstaged__"
 _state = threading.local()
 #: Where the wrapper keeps executables; None while it is not installed.
 _cache: ExecutableCache | None = None
+#: What this run has already said, so that a refusal is logged once.
+_said: dict[str, str] = {}
 
 
 def _log() -> Any:
@@ -90,6 +92,18 @@ def install(cache: ExecutableCache) -> bool:
     whether it is wrapped."""
     global _cache
     if os.environ.get(ENV, "1").strip().lower() in ("0", "off", "false", "no"):
+        return False
+    why = cache.untrusted()
+    if why is not None:
+        if _said.get("untrusted") != why:  # once per run, not at every bind
+            _said["untrusted"] = why
+            _log().warning(
+                "cache.untrusted",
+                path=str(cache.directory),
+                reason=why,
+                remedy="unstaged computations are compiled as jax would; "
+                "make the cache directory the user's own, mode 0700",
+            )
         return False
     from jax._src import compiler
 
