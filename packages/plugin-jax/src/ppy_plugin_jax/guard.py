@@ -30,7 +30,7 @@ import signal
 import time
 from typing import Final
 
-__all__ = ["GRACE", "Guard"]
+__all__ = ["GRACE", "Guard", "high_copy"]
 
 #: Seconds past ``export-timeout`` before the guard kills a module the build
 #: did not stop.
@@ -39,12 +39,29 @@ GRACE: Final = 2.0
 _POLL: Final = 0.5
 
 
+def high_copy(fd: int) -> int:
+    """A close-on-exec copy of ``fd``, numbered far above what code opens by habit.
+
+    User code that writes to (or closes) fd 3 or 9, whatever it thinks is
+    there, must not reach the worker's own channels; children it starts do
+    not inherit them at all.
+    """
+    import fcntl
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    lowest = max(10, min(soft, 1 << 16) // 2)
+    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, lowest)
+
+
 class Guard:
     """The worker's side: start the guard, then tell it when each module starts."""
 
     def __init__(self, lifeline: int, timeout: float) -> None:
         """Fork the guard. Call before any thread starts and before user code runs."""
-        news_read, self._news = os.pipe()
+        news_read, news_write = os.pipe()
+        self._news = high_copy(news_write)
+        os.close(news_write)
         worker = os.getpid()
         if os.fork() == 0:  # the guard
             try:

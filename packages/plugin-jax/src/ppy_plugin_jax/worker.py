@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO, Any, Final
 
-from ppy_plugin_jax.guard import Guard
+from ppy_plugin_jax.guard import Guard, high_copy
 
 __all__ = ["PROTOCOL_VERSION", "main"]
 
@@ -434,20 +434,6 @@ def _limit_memory(megabytes: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 
 
-def _protocol_fd() -> int:
-    """A close-on-exec copy of fd 1, numbered far above what code opens by habit.
-
-    User code that writes to fd 3 or 9, whatever it thinks is there, must not
-    reach the protocol; children it starts do not inherit it at all.
-    """
-    import fcntl
-    import resource
-
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    lowest = max(10, min(soft, 1 << 16) // 2)
-    return fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, lowest)
-
-
 def main() -> None:
     # One line: stdin stays open after it, as the guard's lifeline.
     request = json.loads(sys.stdin.readline())
@@ -461,7 +447,7 @@ def main() -> None:
     # The protocol keeps the original stdout; fds 1 and 2 then point at the
     # capture file, so prints from the user's code (and from its C extensions
     # and children) land there.
-    protocol = os.fdopen(_protocol_fd(), "w", encoding="utf-8")
+    protocol = os.fdopen(high_copy(1), "w", encoding="utf-8")
     fd = os.open(request["capture"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
