@@ -12,6 +12,7 @@ must leave no trace of them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import marshal
@@ -22,7 +23,7 @@ import subprocess
 import sys
 import tracemalloc
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -220,6 +221,18 @@ def test_a_hostile_artifact_is_refused_and_the_plain_program_runs(
     assert read_artifact(artifact).project == "xla-scalar", "the build replaced it"
 
 
+@contextlib.contextmanager
+def _allocating_under(limit: int) -> Iterator[None]:
+    """Fail unless what runs inside allocates less than ``limit`` bytes at its peak."""
+    tracemalloc.start()
+    try:
+        yield
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < limit, f"the reader allocated {peak} bytes"
+
+
 def test_a_zip_bomb_is_refused_before_it_is_inflated() -> None:
     """256 MiB of zeros in a member: refused from its header under a 1 MiB limit,
     and, where the header lies about the size, by its CRC after at most the
@@ -240,30 +253,19 @@ def test_a_zip_bomb_is_refused_before_it_is_inflated() -> None:
     data = _zip([*members, (EXPORT, bomb)])
     del bomb
     lying = _declared_size(17_000)(data)
-    tracemalloc.start()
-    try:
+    with _allocating_under(16 << 20):
         with pytest.raises(ArtifactError, match="over the limit"):
             loads(data, path="bomb.ppyz", member_size_limit=1 << 20)
         with pytest.raises(ArtifactError, match="damaged"):
             loads(lying, path="bomb.ppyz")
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert peak < 16 << 20, f"the reader allocated {peak} bytes"
 
 
 def test_a_huge_manifest_is_refused_from_its_header(tmp_path: Path) -> None:
     """A manifest of 80 MiB in a few hundred KB: refused before it is inflated."""
     data = _padded(real_artifact())
     assert len(data) < 1 << 20
-    tracemalloc.start()
-    try:
-        with pytest.raises(ArtifactError, match="the manifest would decompress"):
-            loads(data, path="padded.ppyz")
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert peak < 16 << 20, f"the reader allocated {peak} bytes"
+    with _allocating_under(16 << 20), pytest.raises(ArtifactError, match="would decompress"):
+        loads(data, path="padded.ppyz")
 
 
 def test_inspect_says_why_a_deep_manifest_is_refused(tmp_path: Path) -> None:
