@@ -154,3 +154,46 @@ def test_the_compiler_never_imports_jax() -> None:
         [sys.executable, "-c", program], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+TWICE = """\
+def twice_jit(fn):
+    def run(x):
+        return fn(fn(x))
+    return run
+
+"""
+
+
+@pytest.mark.parametrize(
+    "decorators", ["@twice_jit\n@xla.jit\n", "@xla.jit\n@twice_jit\n"], ids=["outer", "inner"]
+)
+def test_another_decorator_keeps_the_function_python(decorators: str, tmp_path) -> None:
+    """Only ``xla.jit`` itself counts: a name that merely ends in "jit" changes
+    what the call does, and the compiled body alone would lose it."""
+    source = HEADER + TWICE + decorators + "def f(x: int) -> int:\n    return x * 2\n"
+    check = _failure(source)
+    assert check.rule == "xla-unsupported"
+    assert "@twice_jit besides @xla.jit" in check.detail, check.detail
+
+    from tests.conftest import run_ppy
+
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "twice"\n')
+    (tmp_path / "model.ppy").write_text(source + "\nprint(f(1))\n")
+    plain = subprocess.run(
+        [sys.executable, "model.ppy"], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    staged = run_ppy("run", "model.ppy", cwd=tmp_path)
+    assert (staged.returncode, staged.stdout) == (0, plain.stdout) == (0, "4\n"), staged.stderr
+
+
+def test_the_smallest_int64_literal_compiles() -> None:
+    from tests.plugin_xla.harness import bind_module, check
+
+    source = HEADER + (
+        "@xla.jit\ndef f(x: int) -> int:\n"
+        "    return -9223372036854775808 if x else -9223372036854775807 - 1\n"
+    )
+    staged = bind_module(source)["f"]
+    for x in (0, 1):
+        check(staged, x)

@@ -9,6 +9,21 @@ above them).
 
 Constants of i1 are folded here, so predicates that are known to be true or
 false never reach the module; that keeps straight-line code free of selects.
+
+Two rewrites happen on the way from this text to machine code that IEEE
+arithmetic does not allow, and no compile option turns them off, so the
+module is written so that they cannot apply:
+
+- The compiler's folders rewrite ``x + 0.0`` to ``x`` (and ``-x + 0.0`` to
+  ``-x``), which is wrong at ``x = -0.0``.
+- XLA's CPU backend lets LLVM contract ``a * b + c`` into one fused
+  multiply-add, rounded once instead of twice.
+
+So a float constant +0.0, and every float product, goes through ``opaque``:
+an integer ``xor`` with ``replica_id``, which is 0 in a one-device
+executable but unknown to every compiler stage, so none can fold or fuse
+across it. (An ``optimization_barrier`` is not enough: XLA removes it
+before the passes that fold.)
 """
 
 from __future__ import annotations
@@ -67,10 +82,13 @@ class Builder:
     def const(self, kind: str, value: float | int | bool) -> Value:
         name = self.fresh()
         element = ELEMENT[kind]
+        literal = _literal(kind, value)
         self.emit(
-            f'{name} = "stablehlo.constant"() {{value = dense<{_literal(kind, value)}> : '
+            f'{name} = "stablehlo.constant"() {{value = dense<{literal}> : '
             f"tensor<{element}>}} : () -> tensor<{element}>"
         )
+        if kind == "float" and literal == _literal("float", 0.0):
+            name = self.opaque(Value(name, kind)).name
         if kind == "bool":
             return Value(name, kind, bool(value))
         return Value(name, kind, float(value) if kind == "float" else int(value))
@@ -113,6 +131,15 @@ class Builder:
 
     def bitcast(self, a: Value, kind: str) -> Value:
         return self.op("bitcast_convert", [a], kind)
+
+    def opaque(self, a: Value) -> Value:
+        """``a``, as a value the backend cannot fuse with what uses it."""
+        replica = self.fresh()
+        self.emit(f'{replica} = "stablehlo.replica_id"() : () -> tensor<ui32>')
+        zero = self.fresh()
+        self.emit(f'{zero} = "stablehlo.convert"({replica}) : (tensor<ui32>) -> tensor<i64>')
+        bits = self.binary("xor", self.bitcast(a, "int"), Value(zero, "int"))
+        return self.bitcast(bits, "float")
 
     def select(self, p: Value, a: Value, b: Value) -> Value:
         if p.const is not None:

@@ -660,6 +660,13 @@ class _Function:
         if isinstance(node, ast.BinOp):
             return self.binop(node.op, self.expr(node.left), self.expr(node.right), node)
         if isinstance(node, ast.UnaryOp):
+            if (
+                isinstance(node.op, ast.USub)
+                and isinstance(node.operand, ast.Constant)
+                and type(node.operand.value) is int
+                and node.operand.value == -I64_MIN
+            ):
+                return num.i(I64_MIN)  # -9223372036854775808: its digits alone are not int64
             operand = self.expr(node.operand)
             if isinstance(node.op, ast.Not):
                 return b.not_(num.truthy(operand))
@@ -855,6 +862,9 @@ class _Function:
         if name == "fabs":
             return b.unary("abs", x)
         if name == "copysign":
+            # The sign of a NaN is not kept by XLA's arithmetic (LLVM may turn
+            # -x + y into y - x): CPython answers that one.
+            self.flag(num.isnan(xs[1]))
             return num.copysign(x, xs[1])
         if name == "sqrt":
             self.flag(num.cmp("LT", x, num.f(0.0)))
@@ -955,7 +965,7 @@ def compile_function(scope: ModuleScope, name: str) -> CompiledFunction:
     node = scope.functions[name]
     for decorator in node.decorator_list:
         text = ast.unparse(decorator)
-        if not text.endswith("jit"):
+        if text.rpartition(".")[2] != "jit":
             raise _unsupported(decorator, f"the decorator @{text} besides @xla.jit")
     params = _parameters(node)
     _annotation(node.returns, node, f"the return of {name}()")

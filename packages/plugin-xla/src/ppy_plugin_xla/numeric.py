@@ -205,6 +205,8 @@ class Numeric:
                 self.flag(
                     b.or_(self.cmp("GT", x, self.i(limit)), self.cmp("LT", x, self.i(-limit)))
                 )
+            elif abs(int(x.const)) > limit:  # a literal the doubles cannot divide exactly
+                self.flag(b.true())
         return b.binary("divide", self.as_float(a), self.as_float(c))
 
     def ipow(self, a: Value, e: Value) -> Value:
@@ -266,7 +268,7 @@ class Numeric:
         r = b.binary("multiply", a, c)
         nonzero = b.and_(self.cmp("NE", a, self.f(0.0)), self.cmp("NE", c, self.f(0.0)))
         self.when(mask, b.and_(self.tiny(r), nonzero))
-        return r
+        return b.opaque(r)  # never fused with an add that follows
 
     def fdiv(self, a: Value, c: Value) -> Value:
         b = self.b

@@ -29,6 +29,10 @@ from ppy_plugin_xla.scope import read_scope
 __all__ = ["DECORATOR", "XlaScalarPlugin", "compile_in_module"]
 
 DECORATOR = "ppy.xla.jit"
+#: The revision of the module text the compiler writes for the same source.
+#: Part of the fingerprint, so that an artifact written by an earlier
+#: compiler (one whose modules XLA could still rewrite) is compiled again.
+EMITTER = 2
 
 
 def _jit_names(module: ModuleInfo) -> set[str]:
@@ -84,7 +88,7 @@ class XlaScalarPlugin:
         return {}
 
     def fingerprint(self, settings: Mapping[str, Any]) -> str:
-        return f"ppy-plugin-xla {__version__} convention {XlaScalar.CONVENTION}"
+        return f"ppy-plugin-xla {__version__} emitter {EMITTER} convention {XlaScalar.CONVENTION}"
 
     def check(
         self, function: FunctionInfo, module: ModuleInfo, settings: Mapping[str, Any]
@@ -96,6 +100,20 @@ class XlaScalarPlugin:
                     False,
                     f"{function.location}: @xla.jit on a {function.scope} function",
                     "define it at module level",
+                )
+            ]
+        others = [d for d in function.decorators if d.name != DECORATOR]
+        if others:
+            # The compiled module is the body alone: whatever another decorator
+            # does to the function (call it twice, cache it, time it) would be lost.
+            return [
+                Check(
+                    "xla-unsupported",
+                    False,
+                    f"{function.path}:{others[0].lineno}: the decorator @{others[0].name} "
+                    "besides @xla.jit",
+                    "remove the other decorator, or @xla.jit; the function stays Python as "
+                    "it is",
                 )
             ]
         result = compile_in_module(module, function.qualname)

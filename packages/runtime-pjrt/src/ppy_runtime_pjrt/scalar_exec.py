@@ -23,9 +23,15 @@ from ppy.kinds import SCALAR_DTYPES, XlaScalar
 
 __all__ = ["ScalarExecutable", "compile_options"]
 
-#: XLA flags that keep the CPU backend to IEEE semantics (no reassociation,
-#: no approximate functions).
-XLA_FLAGS: tuple[tuple[str, bool], ...] = (("xla_cpu_enable_fast_math", False),)
+#: XLA flags that keep the CPU backend to IEEE semantics: no approximate
+#: functions, and no algebraic simplifier, which rewrites ``x / 3.0`` as a
+#: multiplication by the reciprocal, reassociates sums, folds ``x * 2.0 / 2.0``
+#: and expands ``x ** 3`` into products (plugin-xla's module already does what
+#: may be done exactly).
+XLA_FLAGS: tuple[tuple[str, bool | str], ...] = (
+    ("xla_cpu_enable_fast_math", False),
+    ("xla_disable_hlo_passes", "algsimp"),
+)
 
 
 def compile_options() -> Any:

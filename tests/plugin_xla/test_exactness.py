@@ -1,0 +1,211 @@
+"""Constants in the source: the staged result is CPython's, bit for bit.
+
+``test_operators`` draws operands as arguments; here the constants are
+written into the function, where a compiler can see them and rewrite the
+arithmetic around them (a division by a constant turned into a product by
+its reciprocal, ``x + 0.0`` folded to ``x``, ``x * 2.0 / 2.0`` folded,
+``a * b + c`` fused into one rounding, ``x ** 3`` expanded into products).
+Each case is compiled from its own source, as ``ppy build`` would, and the
+staged call must give what the Python body gives: the same type, the same
+bits, the same exception; where the module raises its fallback flag, the
+Python body answers, which is also CPython's answer.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.plugin_xla.harness import I64_MAX, I64_MIN, bind_module, check
+
+#: The one-line functions that gave another answer before (python, then ``ppy run``).
+TABLE: dict[str, tuple[str, tuple[Any, ...]]] = {
+    "n / 3 at 7": ("def f(n: int) -> float:\n    return n / 3", (7,)),
+    "x / 3.0 at 7.0": ("def f(x: float) -> float:\n    return x / 3.0", (7.0,)),
+    "x + 0.0 at -0.0": ("def f(x: float) -> float:\n    return x + 0.0", (-0.0,)),
+    "x / 1e308 at inf": ("def f(x: float) -> float:\n    return x / 1e308", (math.inf,)),
+    "x * 2.0 / 2.0 at 1e308": ("def f(x: float) -> float:\n    return x * 2.0 / 2.0", (1e308,)),
+    "(x + 1.0) - 1.0 at 0.1": ("def f(x: float) -> float:\n    return (x + 1.0) - 1.0", (0.1,)),
+    "x + 1.0 + 1.0 at 1e16": ("def f(x: float) -> float:\n    return x + 1.0 + 1.0", (1e16,)),
+    "x ** 3 at 0.3": ("def f(x: float) -> float:\n    return x ** 3", (0.3,)),
+    "x * y + z at (0.1, 10.0, -1.0)": (
+        "def f(x: float, y: float, z: float) -> float:\n    return x * y + z",
+        (0.1, 10.0, -1.0),
+    ),
+    "math.log(x, 10.0) at 1e20": (
+        "def f(x: float) -> float:\n    return math.log(x, 10.0)",
+        (1e20,),
+    ),
+    "x / y / z": (
+        "def f(x: float, y: float, z: float) -> float:\n    return x / y / z",
+        (1.0, 3.0, 7.0),
+    ),
+    "x / (y / z)": (
+        "def f(x: float, y: float, z: float) -> float:\n    return x / (y / z)",
+        (1.0, 3.0, 7.0),
+    ),
+    "math.copysign(1.0, -x + y) at nan": (
+        "def f(x: float, y: float) -> float:\n    return math.copysign(1.0, -x + y)",
+        (math.nan, 1.0),
+    ),
+    "x // 3.0 near 2**63": ("def f(x: float) -> float:\n    return x // 3.0", (2.0**63 - 1024,)),
+    "x * y - z": (
+        "def f(x: float, y: float, z: float) -> float:\n    return x * y - z",
+        (0.1, 10.0, 1.0),
+    ),
+    "z - x * y": (
+        "def f(x: float, y: float, z: float) -> float:\n    return z - x * y",
+        (0.1, 10.0, 1.0),
+    ),
+    "x - -0.0 at -0.0": ("def f(x: float) -> float:\n    return x - -0.0", (-0.0,)),
+    "0.0 + x at -0.0": ("def f(x: float) -> float:\n    return 0.0 + x", (-0.0,)),
+    "x * 0.0 at inf": ("def f(x: float) -> float:\n    return x * 0.0", (math.inf,)),
+    "x * 0.0 at -1.0": ("def f(x: float) -> float:\n    return x * 0.0", (-1.0,)),
+    "x - x at inf": ("def f(x: float) -> float:\n    return x - x", (math.inf,)),
+    "x / x at 0.0": ("def f(x: float) -> float:\n    return x / x", (0.0,)),
+    "x ** 0.5 at -inf": ("def f(x: float) -> float:\n    return x ** 0.5", (-math.inf,)),
+    "x ** 2 at 0.1": ("def f(x: float) -> float:\n    return x ** 2", (0.1,)),
+}
+
+HEADER = "import math\nfrom ppy import xla\n\n\n@xla.jit\n"
+
+
+@functools.cache
+def _staged(body: str) -> Any:
+    return bind_module(HEADER + body + "\n")["f"]
+
+
+@pytest.mark.parametrize("case", list(TABLE))
+def test_the_table_gives_cpythons_answer(case: str) -> None:
+    body, args = TABLE[case]
+    check(_staged(body), *args)
+
+
+FLOAT_EDGES = [
+    0.0,
+    -0.0,
+    1.0,
+    -1.0,
+    0.5,
+    2.0,
+    3.0,
+    10.0,
+    0.1,
+    1e16,
+    1e308,
+    -1e308,
+    1.7976931348623157e308,
+    5e-324,
+    -5e-324,
+    2.2250738585072014e-308,
+    math.inf,
+    -math.inf,
+    math.nan,
+    2.0**63,
+    -(2.0**63),
+    9007199254740993.0,
+]
+INT_EDGES = [0, 1, -1, 2, 3, -3, 7, 10, 2**53 + 1, I64_MAX, I64_MIN + 1, I64_MAX - 1, 2**62]
+
+float_values = st.one_of(st.sampled_from(FLOAT_EDGES), st.floats(), st.floats(-1e6, 1e6))
+int_values = st.one_of(
+    st.sampled_from(INT_EDGES), st.integers(-1000, 1000), st.integers(I64_MIN + 1, I64_MAX)
+)
+VALUES = {"float": float_values, "int": int_values}
+
+
+def _normal(value: float) -> bool:
+    return value == 0 or not abs(value) < 2.2250738585072014e-308
+
+
+#: Constants as the source may write them: a subnormal literal keeps its
+#: function Python (the build says so), so it is drawn as an operand only.
+CONSTANTS = {"float": float_values.filter(_normal), "int": int_values}
+
+OPS = ["+", "-", "*", "/", "//", "%", "**", "<", "<=", ">", ">=", "==", "!="]
+MATH = ["atan2", "pow", "copysign", "fmod", "log"]
+EXAMPLES = 25
+SETTINGS = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+def _literal(value: float | int) -> str:
+    """``value`` as the source writes it."""
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "math.nan"
+    if math.isinf(value):
+        return "math.inf" if value > 0 else "-math.inf"
+    return repr(value)
+
+
+def _result(op: str, kinds: tuple[str, str]) -> str:
+    if op in ("<", "<=", ">", ">=", "==", "!="):
+        return "bool"
+    return "float" if "float" in kinds or op == "/" else "int"
+
+
+@pytest.mark.parametrize("op", OPS)
+@SETTINGS
+@given(data=st.data())
+def test_an_operator_with_a_constant_gives_cpythons_answer(op: str, data: st.DataObject) -> None:
+    kind = data.draw(st.sampled_from(["float", "int"]), "operand type")
+    constant_kind = data.draw(st.sampled_from(["float", "int"]), "constant type")
+    values, constants = VALUES, CONSTANTS
+    if op == "**":  # Python computes int ** int exactly: keep to what it finishes quickly
+        values = constants = {**VALUES, "int": st.integers(-70, 70)}
+    constant = _literal(data.draw(constants[constant_kind], "constant"))
+    left = data.draw(st.booleans(), "constant on the left")
+    expression = f"{constant} {op} x" if left else f"x {op} {constant}"
+    body = f"def f(x: {kind}) -> {_result(op, (kind, constant_kind))}:\n    return {expression}"
+    check(_staged(body), data.draw(values[kind], "x"))
+
+
+@pytest.mark.parametrize("function", MATH)
+@SETTINGS
+@given(data=st.data())
+def test_a_math_function_with_a_constant_gives_cpythons_answer(
+    function: str, data: st.DataObject
+) -> None:
+    constant = _literal(data.draw(CONSTANTS["float"], "constant"))
+    arguments = data.draw(st.sampled_from([f"x, {constant}", f"{constant}, x"]), "arguments")
+    body = f"def f(x: float) -> float:\n    return math.{function}({arguments})"
+    check(_staged(body), data.draw(float_values, "x"))
+
+
+#: Shapes where a compiler is tempted to reassociate, fuse or fold.
+SHAPES = [
+    "x * {a} + {b}",
+    "x * y + {a}",
+    "{a} - x * y",
+    "(x + {a}) - {a}",
+    "x + {a} + {b}",
+    "x * {a} / {a}",
+    "x / {a} * {a}",
+    "(x * {a}) * {b}",
+    "x / {a} / {b}",
+    "x - (x + {a})",
+    "-x + {a}",
+    "x ** 3 + {a}",
+    "math.copysign({a}, x * y + {b})",
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@SETTINGS
+@given(data=st.data())
+def test_an_expression_with_constants_gives_cpythons_answer(
+    shape: str, data: st.DataObject
+) -> None:
+    a, b = (_literal(data.draw(CONSTANTS["float"], name)) for name in ("a", "b"))
+    body = f"def f(x: float, y: float) -> float:\n    return {shape.format(a=a, b=b)}"
+    check(_staged(body), data.draw(float_values, "x"), data.draw(float_values, "y"))
