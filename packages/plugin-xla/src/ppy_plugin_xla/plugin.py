@@ -112,8 +112,7 @@ class XlaScalarPlugin:
                     False,
                     f"{function.path}:{others[0].lineno}: the decorator @{others[0].name} "
                     "besides @xla.jit",
-                    "remove the other decorator, or @xla.jit; the function stays Python as "
-                    "it is",
+                    "remove the other decorator, or @xla.jit; the function stays Python as it is",
                 )
             ]
         result = compile_in_module(module, function.qualname)
