@@ -21,6 +21,60 @@ from ppy_runtime_pjrt.scalar import ScalarRuntime, StagedScalar
 
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 
+#: Operands where float arithmetic goes wrong first: zeros of both signs,
+#: subnormals, the largest floats, infinities, nan, 2**53 + 1 and 2**63.
+FLOAT_EDGES = [
+    0.0,
+    -0.0,
+    1.0,
+    -1.0,
+    0.5,
+    -0.5,
+    2.0,
+    -2.0,
+    3.0,
+    10.0,
+    0.1,
+    1e308,
+    1e-300,
+    -1e-300,
+    5e-324,
+    2.2250738585072014e-308,
+    1.7976931348623157e308,
+    -1.7976931348623157e308,
+    math.inf,
+    -math.inf,
+    math.nan,
+    9007199254740993.0,
+    2.0**63,
+    -(2.0**63),
+    1e16,
+]
+#: ... and ints: int64's edges, 2**53 + 1, and ints beyond int64.
+INT_EDGES = [
+    0,
+    1,
+    -1,
+    2,
+    -2,
+    3,
+    -3,
+    7,
+    -7,
+    I64_MIN,
+    I64_MAX,
+    I64_MIN + 1,
+    I64_MAX - 1,
+    2**53,
+    2**53 + 1,
+    -(2**53) - 1,
+    2**62,
+    2**63,
+    -(2**63) - 1,
+    10**30,
+    -(10**30),
+]
+
 
 def bind_module(source: str) -> dict[str, StagedScalar]:
     """Every @xla.jit function of ``source``, staged, with the original as fallback."""

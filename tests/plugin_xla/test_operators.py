@@ -15,59 +15,19 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.plugin_xla.harness import I64_MAX, I64_MIN, bind_module, check, staged_without_fallback
+from tests.plugin_xla.harness import (
+    FLOAT_EDGES,
+    I64_MAX,
+    I64_MIN,
+    INT_EDGES,
+    bind_module,
+    check,
+    staged_without_fallback,
+)
 
 SETTINGS = settings(
     max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-
-FLOAT_EDGES = [
-    0.0,
-    -0.0,
-    1.0,
-    -1.0,
-    0.5,
-    -0.5,
-    2.0,
-    -2.0,
-    3.0,
-    1e-300,
-    -1e-300,
-    5e-324,
-    2.2250738585072014e-308,
-    1.7976931348623157e308,
-    -1.7976931348623157e308,
-    math.inf,
-    -math.inf,
-    math.nan,
-    9007199254740993.0,
-    2.0**63,
-    -(2.0**63),
-    1e16,
-]
-INT_EDGES = [
-    0,
-    1,
-    -1,
-    2,
-    -2,
-    3,
-    -3,
-    7,
-    -7,
-    I64_MIN,
-    I64_MAX,
-    I64_MIN + 1,
-    I64_MAX - 1,
-    2**53,
-    2**53 + 1,
-    -(2**53) - 1,
-    2**62,
-    2**63,
-    -(2**63) - 1,
-    10**30,
-    -(10**30),
-]
 
 floats = st.one_of(st.sampled_from(FLOAT_EDGES), st.floats(), st.floats(-1e6, 1e6))
 ints = st.one_of(
