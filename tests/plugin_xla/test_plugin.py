@@ -197,3 +197,33 @@ def test_the_smallest_int64_literal_compiles() -> None:
     staged = bind_module(source)["f"]
     for x in (0, 1):
         check(staged, x)
+
+
+#: Locals assigned only where control never reaches: Python runs these fine.
+DEAD_CODE = {
+    "after a break": (
+        "def f(x: int) -> int:\n    for i in range(x):\n        break\n        y = 2\n"
+        "    return x\n",
+        (0, 3),
+    ),
+    "under a test that folds to False, in a while": (
+        "def f(x: int) -> int:\n    while x > 0:\n        x -= 1\n        if False:\n"
+        "            y = 1.0\n    return x\n",
+        (0, 5),
+    ),
+    "read where Python raises UnboundLocalError": (
+        "def f(x: int) -> int:\n    t = 0\n    for i in range(x):\n        if i > 100:\n"
+        "            t += y\n        if 1 > 2:\n            y = 1\n    return t\n",
+        (0, 3, 200),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(DEAD_CODE))
+def test_a_local_assigned_only_in_dead_code_compiles(case: str) -> None:
+    from tests.plugin_xla.harness import bind_module, check
+
+    source, inputs = DEAD_CODE[case]
+    staged = bind_module(HEADER + "@xla.jit\n" + source)["f"]
+    for x in inputs:
+        check(staged, x)
