@@ -1,4 +1,4 @@
-"""The ``ppy`` command: build, run, inspect, explain, plugins, cache.
+"""The ``ppy`` command: build, run, inspect, explain, plugins, cache, doctor.
 
 Exit codes: 0 success, 1 the program or the build failed, 2 bad usage or bad
 configuration. Errors a user can act on are one message on stderr with the
@@ -133,7 +133,48 @@ def _parser() -> argparse.ArgumentParser:
         description="The per-user cache of compiled executables (never part of an artifact).",
     )
     cache.add_argument("action", nargs="?", choices=("show", "clear"), default="show")
+
+    doctor = commands.add_parser(
+        "doctor",
+        parents=[common],
+        help="show where a program's start-up goes",
+        description="Time `import jax` in a fresh interpreter, name installed versions known "
+        "to be slow with their remedy, and show the artifact's freshness, what it stages and "
+        "what stays, the executable cache, and the versions and machine. Exits 0 whatever it "
+        "finds.",
+    )
+    doctor.add_argument(
+        "path",
+        nargs="?",
+        default=".",
+        type=Path,
+        help="the project folder or a file in it (default: .)",
+    )
+    doctor.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    doctor.add_argument(
+        "--no-import",
+        action="store_true",
+        help="do not time `import jax` (it takes a fresh interpreter and a second or two)",
+    )
+    doctor.add_argument(
+        "--import-timeout",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="give up timing `import jax` after this long (default: 60)",
+    )
     return parser
+
+
+def _seconds(text: str) -> float:
+    """A positive number of seconds, for argparse."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"wanted a positive number of seconds, got {text!r}")
+    return value
 
 
 def _version() -> str:
@@ -174,6 +215,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return _explain(args)
         if args.command == "plugins":
             return _plugins()
+        if args.command == "doctor":
+            return _doctor(args)
         return _cache(args)
     except PpyError as error:
         print(f"ppy: error: {error}", file=sys.stderr)
@@ -260,4 +303,20 @@ def _cache(args: argparse.Namespace) -> int:
         print(f"removed {removed} cached executables from {cache.cache_dir()}")
     else:
         print(cache.render_cache_summary())
+    return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from ppy.doctor import gather, render_text, to_json
+    from ppy.importtime import DEFAULT_TIMEOUT
+
+    path: Path = args.path
+    if not path.exists():
+        raise UsageError(f"{path}: no such file or folder", remedy="give a project folder")
+    timeout = args.import_timeout if args.import_timeout is not None else DEFAULT_TIMEOUT
+    report = gather(path, measure_import=not args.no_import, timeout=timeout)
+    if args.json:
+        print(json.dumps(to_json(report), indent=2, sort_keys=True))
+    else:
+        print(render_text(report))
     return 0
