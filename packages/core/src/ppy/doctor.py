@@ -90,6 +90,9 @@ class SlowVersion:
     why: str
     #: What the user can do; said as a suggestion, never done by ppy.
     remedy: str
+    #: A measured import of the package faster than this is not slow here:
+    #: the cost can depend on more than the package's own version.
+    slow_seconds: float
 
 
 #: The known slow versions. One is known today; a row per package found later.
@@ -103,6 +106,9 @@ SLOW_VERSIONS: tuple[SlowVersion, ...] = (
             "whole import takes about 0.6 s with ml_dtypes <= 0.6"
         ),
         remedy='pip install "ml_dtypes<0.7"',
+        # Measured in `import jax`: 1.0 s with numpy 2.4 (Python 3.11), 0.03 s
+        # with numpy 2.5 (Python 3.13), ml_dtypes 0.7.0 both times.
+        slow_seconds=0.3,
     ),
 )
 
@@ -118,6 +124,10 @@ class Finding:
     #: The package's cumulative import time within the measured ``import
     #: jax``; None when the import was not measured or did not load it.
     measured_seconds: float | None
+    #: Whether the measured import was as slow as the row warns (None: not
+    #: measured). A version in the range can be fast with other packages,
+    #: and then the remedy is not worth taking.
+    slow_here: bool | None
 
 
 @dataclass(frozen=True)
@@ -284,7 +294,8 @@ def findings(
         if installed is None or release is None or not row.slow(release):
             continue
         measured = profile.cumulative_seconds(row.package) if profile is not None else None
-        found.append(Finding(row.package, installed, row.why, row.remedy, measured))
+        slow_here = None if measured is None else measured >= row.slow_seconds
+        found.append(Finding(row.package, installed, row.why, row.remedy, measured, slow_here))
     return tuple(found)
 
 
@@ -412,6 +423,7 @@ def to_json(report: Report) -> dict[str, Any]:
                 "why": f.why,
                 "remedy": f.remedy,
                 "measured_seconds": _seconds(f.measured_seconds),
+                "slow_here": f.slow_here,
             }
             for f in report.findings
         ],
@@ -494,16 +506,17 @@ def _finding_lines(report: Report) -> Iterator[str]:
         checked = ", ".join(row.package for row in SLOW_VERSIONS)
         yield f"slow versions  none found (checked: {checked})"
         return
-    yield f"slow versions  {len(report.findings)} found"
+    yield f"slow versions  {len(report.findings)} installed in a range known to be slow"
     for f in report.findings:
-        cost = (
-            f"; its import took {f.measured_seconds:.2f} s here"
-            if f.measured_seconds is not None
-            else ""
-        )
-        yield f"  {f.package} {f.installed}{cost}"
+        if f.measured_seconds is None:
+            yield f"  {f.package} {f.installed}"
+        else:
+            yield f"  {f.package} {f.installed}: its import took {f.measured_seconds:.2f} s here"
         yield from _wrapped(f.why, "    ")
-        yield f"    remedy (a suggestion; ppy changes no installed package): {f.remedy}"
+        if f.slow_here is False:
+            yield "    not slow here, so there is nothing to do"
+        else:
+            yield f"    remedy (a suggestion; ppy changes no installed package): {f.remedy}"
 
 
 def _listed(decisions: Sequence[Decision], line: Callable[[Decision], str]) -> Iterator[str]:
