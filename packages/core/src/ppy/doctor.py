@@ -348,7 +348,7 @@ def _installed_plugins(names: frozenset[str]) -> dict[str, Plugin]:
 
 _EXACT = (
     "a cached executable is keyed by the concrete input shapes and the device, known only "
-    "while the program runs; `ppy -vv run FILE` logs cache.hit or cache.miss for each"
+    "while the program runs; `ppy -vv run FILE` logs each cache.hit and cache.miss"
 )
 
 
