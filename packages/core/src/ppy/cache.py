@@ -40,6 +40,7 @@ __all__ = [
     "ExecutableCache",
     "cache_dir",
     "executable_key",
+    "human_size",
     "render_cache_summary",
 ]
 
@@ -335,7 +336,8 @@ def _check(raw: bytes) -> bytes | None:
     return body
 
 
-def _size(count: int) -> str:
+def human_size(count: int) -> str:
+    """``1.2 MiB``: a byte count as ``ppy cache`` and ``ppy doctor`` write it."""
     value = float(count)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if value < 1024 or unit == "GiB":
@@ -352,6 +354,6 @@ def render_cache_summary(cache: ExecutableCache | None = None) -> str:
     unstaged, unstaged_total = cache.unstaged().stats()
     other = "computation" if unstaged == 1 else "computations"
     return (
-        f"executable cache: {cache.directory}\n  {entries} staged {noun}, {_size(total)}\n"
-        f"  {unstaged} unstaged {other} (eager ops, fallbacks), {_size(unstaged_total)}"
+        f"executable cache: {cache.directory}\n  {entries} staged {noun}, {human_size(total)}\n"
+        f"  {unstaged} unstaged {other} (eager ops, fallbacks), {human_size(unstaged_total)}"
     )

@@ -36,6 +36,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ppy.cache import human_size
 from ppy.decision import Decision, Outcome
 from ppy.importtime import DEFAULT_TIMEOUT, ImportProfile, measure
 
@@ -456,16 +457,6 @@ def to_json(report: Report) -> dict[str, Any]:
     }
 
 
-def _size(count: int) -> str:
-    """``1.2 MiB``, as ``ppy cache`` writes sizes."""
-    value = float(count)
-    for unit in ("B", "KiB", "MiB"):
-        if value < 1024:
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"
-
-
 def _wrapped(text: str, indent: str) -> Iterator[str]:
     yield from textwrap.wrap(
         text, _WIDTH, initial_indent=indent, subsequent_indent=indent, break_on_hyphens=False
@@ -550,8 +541,8 @@ def _artifact_lines(artifact: ArtifactReport) -> Iterator[str]:
 def _cache_lines(cache: CacheReport) -> Iterator[str]:
     yield f"executable cache  {cache.directory}"
     yield (
-        f"  {_plural(cache.executables, 'staged executable')}, {_size(cache.bytes)}; "
-        f"{_plural(cache.unstaged, 'unstaged computation')}, {_size(cache.unstaged_bytes)}"
+        f"  {_plural(cache.executables, 'staged executable')}, {human_size(cache.bytes)}; "
+        f"{_plural(cache.unstaged, 'unstaged computation')}, {human_size(cache.unstaged_bytes)}"
     )
     yield from _wrapped(f"warm for this program: {cache.warm.value} ({cache.note})", "  ")
 
