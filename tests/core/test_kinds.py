@@ -97,7 +97,7 @@ def test_both_kinds_come_back_from_a_real_artifact_as_they_went_in(tmp_path: Pat
 
 def test_the_manifest_fields_are_the_documented_ones() -> None:
     assert SCALAR.to_metadata() == {
-        "calling_convention": 1,
+        "calling_convention": 2,
         "outputs": XlaScalar.OUTPUTS,
         "param_names": ["x", "n", "flag"],
         "param_types": ["float", "int", "bool"],
@@ -143,7 +143,7 @@ def _broken(
         ({"param_types": ["float", "complex", "bool"]}, "metadata.param_types", "float, int, bool"),
         ({"param_types": ["float"]}, "metadata.param_types", "1 types for 3 parameters"),
         ({"result_type": "str"}, "metadata.result_type", "'str'"),
-        ({"calling_convention": 2}, "metadata.calling_convention", "reads calling convention 1"),
+        ({"calling_convention": 1}, "metadata.calling_convention", "reads calling convention 2"),
         ({"drop": "calling_convention"}, "metadata.calling_convention", "is missing"),
         ({"plugin_version": 3}, "metadata.plugin_version", "a string"),
     ],

@@ -9,7 +9,9 @@ jax no longer matches, rather than letting a cache layer go quietly off.
 from __future__ import annotations
 
 import io
+import math
 import pickle
+import struct
 from pathlib import Path
 
 import jax
@@ -67,15 +69,40 @@ def test_a_compiled_executable_has_a_cpp_dispatch_function() -> None:
     assert np.asarray(call(jnp.ones((2,), jnp.float32))).tolist() == [2.0, 2.0]
 
 
-def test_scalars_are_put_on_the_device_as_they_are(tmp_path: Path, monkeypatch) -> None:
+#: main(x, n, flag) returns its parameter ``PICK`` and a flag of 1 (convention 2).
+PACKED = """func.func public @main(%args: tensor<3xi64>) -> (tensor<2xi64>) {
+  %w = "stablehlo.slice"(%args) {start_indices = array<i64: PICK>,
+    limit_indices = array<i64: NEXT>, strides = array<i64: 1>} : (tensor<3xi64>) -> tensor<1xi64>
+  %f = stablehlo.constant dense<1> : tensor<1xi64>
+  %o = "stablehlo.concatenate"(%w, %f) {dimension = 0 : i64}
+    : (tensor<1xi64>, tensor<1xi64>) -> tensor<2xi64>
+  return %o : tensor<2xi64>
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("pick", "result_type", "args", "expected"),
+    [
+        (0, "float", (0.1, 1, True), 0.1),  # not rounded through float32
+        (0, "float", (-0.0, 1, True), -0.0),
+        (0, "float", (math.inf, 1, True), math.inf),
+        (1, "int", (0.1, -(2**63), True), -(2**63)),
+        (1, "int", (0.1, 2**63 - 1, True), 2**63 - 1),
+        (2, "bool", (0.1, 1, True), 1),
+        (2, "bool", (0.1, 1, False), 0),
+    ],
+)
+def test_scalars_travel_packed_as_they_are(
+    tmp_path: Path, monkeypatch, pick: int, result_type: str, args: tuple, expected: object
+) -> None:
     monkeypatch.setenv("PPY_CACHE_DIR", str(tmp_path))
-    text = (
-        "func.func public @main(%x: tensor<f64>) -> (tensor<f64>, tensor<i1>) {\n"
-        "  %f = stablehlo.constant dense<false> : tensor<i1>\n"
-        "  return %x, %f : tensor<f64>, tensor<i1>\n}\n"
-    )
-    executable = ScalarExecutable(text, ["float"], name="identity")
-    assert executable.call([0.1]) == (0.1, False)  # not rounded through float32
+    text = PACKED.replace("PICK", str(pick)).replace("NEXT", str(pick + 1))
+    executable = ScalarExecutable(text, ["float", "int", "bool"], result_type, name="pick")
+    result, flag = executable.call(args)
+    assert (type(result), flag) == (type(expected), 1)
+    word = "<d" if result_type == "float" else "<q"
+    assert struct.pack(word, result) == struct.pack(word, expected)
 
 
 def test_the_configuration_check_sees_what_changes_a_trace() -> None:

@@ -172,17 +172,22 @@ class _Fields:
 class XlaScalar:
     """An ``@xla.jit`` function compiled to StableHLO by the xla plugin.
 
-    The module's ``main`` takes one rank-0 argument per parameter, of the
-    parameter's ``SCALAR_DTYPES`` dtype, and returns the result then a
-    ``bool`` flag; when the flag is set the Python body is called instead.
+    The module's ``main`` takes its parameters as one ``tensor<Nxi64>``, a
+    64-bit word each (an int as it is, a float's IEEE bits, a bool as 0 or
+    1; no argument at all for a function of none), and returns one
+    ``tensor<2xi64>``: the result's word, then the flag (0 or 1). When the
+    flag is set the Python body is called instead. One input and one output
+    make a call one transfer each way.
     """
 
     KIND: ClassVar[str] = "xla.scalar"
     #: ``stablehlo``: the module's text, UTF-8.
     MEMBERS: ClassVar[tuple[str, ...]] = ("stablehlo",)
-    CONVENTION: ClassVar[int] = 1
+    CONVENTION: ClassVar[int] = 2
     #: What ``metadata.outputs`` says, for a person reading the manifest.
-    OUTPUTS: ClassVar[str] = "result, then a flag: when true the Python body is called instead"
+    OUTPUTS: ClassVar[str] = (
+        "one int64[2]: the result's 64 bits, then a flag: when 1 the Python body is called instead"
+    )
 
     param_names: tuple[str, ...]
     #: ``float``, ``int`` or ``bool`` for each parameter.

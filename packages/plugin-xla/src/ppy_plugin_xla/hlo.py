@@ -209,17 +209,61 @@ class Builder:
         self.emit(f"}}) : ({types}) -> ({types})")
         return [Value(f"{name}#{i}", v.type) for i, v in enumerate(init)]
 
-    def module(self, params: Sequence[Value], results: Sequence[Value]) -> str:
-        """The whole module: ``@main`` taking ``params`` and returning ``results``."""
-        header = ", ".join(f"{p.name}: {p.tensor}" for p in params)
-        out = ", ".join(r.tensor for r in results)
-        names = ", ".join(r.name for r in results)
+    # -- the calling convention ----------------------------------------------------
+
+    def parameters(self, kinds: Sequence[str]) -> list[Value]:
+        """The parameters, read from ``main``'s one ``tensor<Nxi64>`` argument.
+
+        Each parameter is one 64-bit word: an int as it is, a float's bits,
+        a bool as 0 or 1. One argument means one device buffer per call,
+        however many parameters the function has.
+        """
+        count = len(kinds)
+        found = []
+        for index, kind in enumerate(kinds):
+            piece = self.fresh()
+            self.emit(
+                f'{piece} = "stablehlo.slice"(%args) {{start_indices = array<i64: {index}>, '
+                f"limit_indices = array<i64: {index + 1}>, strides = array<i64: 1>}} : "
+                f"(tensor<{count}xi64>) -> tensor<1xi64>"
+            )
+            word = Value(self.fresh(), "int")
+            self.emit(
+                f'{word.name} = "stablehlo.reshape"({piece}) : (tensor<1xi64>) -> tensor<i64>'
+            )
+            if kind == "float":
+                found.append(self.bitcast(word, "float"))
+            elif kind == "bool":
+                found.append(self.compare("NE", word, self.const("int", 0)))
+            else:
+                found.append(word)
+        return found
+
+    def _word(self, a: Value) -> str:
+        """``a``'s 64 bits as a ``tensor<1xi64>``."""
+        bits = self.bitcast(a, "int") if a.type == "float" else self.convert(a, "int")
+        name = self.fresh()
+        self.emit(f'{name} = "stablehlo.reshape"({bits.name}) : (tensor<i64>) -> tensor<1xi64>')
+        return name
+
+    def module(self, count: int, result: Value, flag: Value) -> str:
+        """The whole module: ``@main`` taking ``count`` parameters as one
+        ``tensor<Nxi64>`` (``parameters``), returning one ``tensor<2xi64>``:
+        the result's 64 bits, then the flag as 0 or 1. One output is read
+        back in one copy."""
+        words = ", ".join((self._word(result), self._word(flag)))
+        packed = self.fresh()
+        self.emit(
+            f'{packed} = "stablehlo.concatenate"({words}) {{dimension = 0 : i64}} : '
+            "(tensor<1xi64>, tensor<1xi64>) -> tensor<2xi64>"
+        )
+        header = f"%args: tensor<{count}xi64>" if count else ""
         body = "\n".join(self.lines)
         return (
             "module @ppy_xla_scalar {\n"
-            f"  func.func public @main({header}) -> ({out}) {{\n"
+            f"  func.func public @main({header}) -> (tensor<2xi64>) {{\n"
             f"{body}\n"
-            f'    "func.return"({names}) : ({out}) -> ()\n'
+            f'    "func.return"({packed}) : (tensor<2xi64>) -> ()\n'
             "  }\n"
             "}\n"
         )

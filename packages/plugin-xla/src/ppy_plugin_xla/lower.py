@@ -972,10 +972,11 @@ def compile_function(scope: ModuleScope, name: str) -> CompiledFunction:
     _annotation(node.returns, node, f"the return of {name}()")
     builder = Builder()
     shared = _Shared(builder, scope, [name])
-    args = {p: Value(f"%arg{i}", t) for i, (p, t) in enumerate(params)}
+    values = builder.parameters([kind for _, kind in params])
+    args = {p: value for (p, _), value in zip(params, values, strict=True)}
     body = _Function(shared, node, args, builder.true(), builder.false())
     result, err = body.run()
-    text = builder.module(list(args.values()), [result, err])
+    text = builder.module(len(params), result, err)
     return CompiledFunction(
         name,
         tuple(p for p, _ in params),

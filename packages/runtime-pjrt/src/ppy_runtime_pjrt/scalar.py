@@ -81,7 +81,7 @@ class StagedScalar:
 
             try:
                 self._executable = ScalarExecutable(
-                    self._text, self.param_types, name=self.entry.qualname
+                    self._text, self.param_types, self.result_type, name=self.entry.qualname
                 )
             except Exception as error:  # a module this jaxlib cannot compile stays Python
                 self._broken = f"the module did not compile: {error}"
@@ -113,7 +113,7 @@ class StagedScalar:
                 *args,
             )
         self.staged_calls += 1
-        return _TYPES[self.result_type](result)
+        return result if self.result_type != "bool" else result != 0
 
 
 class LoggedScalar(StagedScalar):

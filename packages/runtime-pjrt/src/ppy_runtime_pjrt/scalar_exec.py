@@ -2,9 +2,16 @@
 
 This talks to the PJRT CPU client directly instead of through ``jax.jit``:
 jax would canonicalize an f64 argument to f32 unless ``jax_enable_x64`` is
-on, and the user's configuration must stay as it is. ``batched_device_put``
-with ``enable_x64=True`` puts one float64/int64/bool host scalar on the device
-as it is; results are read back as numpy scalars and turned into Python ones.
+on, and the user's configuration must stay as it is.
+
+A call is kept to what PJRT itself needs (``XlaScalar``'s convention 2):
+the arguments are packed by ``struct`` into one int64 vector and put on the
+device in one ``batched_device_put`` (``enable_x64=True``, so nothing is
+narrowed); the one ``int64[2]`` output is wrapped by jax's C++ result handler
+and read through the buffer protocol by ``struct`` again, as the result's
+Python type and the flag. No numpy scalar, no jax sharding code and no
+Python-level array wrapper is made per call. Each step was measured against
+the path it replaced: ``docs/plugin-xla.md`` has the figures.
 
 Executables are kept in core's per-user cache (``ppy.cache``), keyed by the
 module text, the platform and the jaxlib version, so a later process loads
@@ -13,7 +20,9 @@ native code instead of compiling.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import struct
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -48,22 +57,52 @@ def _log() -> Any:
     return get_logger()
 
 
+#: ``struct`` codes of one 64-bit word, by the contract's scalar type.
+_WORD = {"float": "d", "int": "q", "bool": "q"}
+
+
+def _result_handler(aval: Any, sharding: Any) -> Any:
+    """jax's C++ handler that wraps an output buffer as an array, without
+    jax's Python sharding code (jaxlib 0.10 takes ``_skip_checks``, later
+    ones do not)."""
+    from jaxlib import xla_client
+
+    try:
+        return xla_client.array_result_handler(aval, sharding, committed=True, _skip_checks=True)
+    except TypeError:
+        return xla_client.array_result_handler(aval, sharding, committed=True)
+
+
 class ScalarExecutable:
     """One compiled module: ``call(args) -> (result, fallback_flag)``."""
 
-    def __init__(self, text: str, param_types: Sequence[str], *, name: str = "") -> None:
+    def __init__(
+        self, text: str, param_types: Sequence[str], result_type: str, *, name: str = ""
+    ) -> None:
         import numpy as np
         from jax._src import core, sharding_impls, xla_bridge
         from jax._src.lib import _jax  # type: ignore[attr-defined]
 
-        self._np = np
-        self._put = _jax.batched_device_put
         backend = xla_bridge.get_backend("cpu")
         self.device = backend.devices()[0]
-        self._sharding = sharding_impls.SingleDeviceSharding(self.device)
-        self._avals = [core.ShapedArray((), np.dtype(SCALAR_DTYPES[t])) for t in param_types]
-        self._dtypes = [np.dtype(SCALAR_DTYPES[t]) for t in param_types]
+        sharding = sharding_impls.SingleDeviceSharding(self.device)
+        int64 = np.dtype("int64")
         self.executable = self._load(backend, text, param_types, name)
+        self._pack = struct.Struct("<" + "".join(_WORD[t] for t in param_types)).pack
+        self._unpack = struct.Struct("<" + _WORD[result_type] + "q").unpack
+        self._frombuffer = np.frombuffer
+        self._int64 = int64
+        self._put = functools.partial(
+            _jax.batched_device_put,
+            core.ShapedArray((len(param_types),), int64),
+            sharding,
+            devices=[self.device],
+            committed=True,
+            enable_x64=True,
+        )
+        self._execute = self.executable.execute_sharded
+        self._handlers = [_result_handler(core.ShapedArray((2,), int64), sharding)]
+        self._arity = len(param_types)
 
     def _load(self, backend: Any, text: str, param_types: Sequence[str], name: str) -> Any:
         log = _log()
@@ -102,13 +141,11 @@ class ScalarExecutable:
         )
         return key, ExecutableCache()
 
-    def call(self, args: Sequence[float | int | bool]) -> tuple[Any, bool]:
-        np, put, device, sharding = self._np, self._put, self.device, self._sharding
-        buffers = [
-            put(aval, sharding, [np.asarray(value, dtype)], [device], True, enable_x64=True)
-            for aval, dtype, value in zip(self._avals, self._dtypes, args, strict=True)
-        ]
-        outputs = self.executable.execute_sharded(buffers).disassemble_into_single_device_arrays()
-        result = np.asarray(outputs[0][0]).item()
-        flag = bool(np.asarray(outputs[1][0]).item())
-        return result, flag
+    def call(self, args: Sequence[float | int | bool]) -> tuple[Any, int]:
+        """The result, as the result type's Python type (a bool as 0 or 1),
+        and the flag."""
+        inputs = (
+            [self._put([self._frombuffer(self._pack(*args), self._int64)])] if self._arity else []
+        )
+        (output,) = self._execute(inputs).consume_with_handlers(self._handlers)
+        return self._unpack(output)  # type: ignore[no-any-return]
