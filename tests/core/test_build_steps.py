@@ -25,12 +25,14 @@ def double(x: int) -> int:
 def half(x: float) -> float:
     return x / 2.0
 """
+#: Functions this small stay Python by default (``not-worth-staging``).
+FORCED = '[project]\nname = "demo"\n[tool.ppy.plugins.xla]\nforce-staging = true\n'
 
 
 def test_build_project_reuses_entries_from_the_artifact_it_is_given(
     make_project: Callable[..., Path], cache_dir: Path
 ) -> None:
-    root = make_project({"model.ppy": SOURCE}, pyproject='[project]\nname = "demo"\n')
+    root = make_project({"model.ppy": SOURCE}, pyproject=FORCED)
     first = build(root)
     assert [d.outcome for d in first.decisions] == [Outcome.STAGED, Outcome.STAGED]
     config = load_config(root)
@@ -47,7 +49,7 @@ def test_build_project_reuses_entries_from_the_artifact_it_is_given(
 def test_build_project_without_a_previous_artifact_stages_again(
     make_project: Callable[..., Path], cache_dir: Path
 ) -> None:
-    root = make_project({"model.ppy": SOURCE}, pyproject='[project]\nname = "demo"\n')
+    root = make_project({"model.ppy": SOURCE}, pyproject=FORCED)
     build(root)  # the file exists, but the caller says there is nothing to reuse
 
     again = build_project(load_project(load_config(root)), None)

@@ -99,7 +99,7 @@ def run_without_a_file(root: Path) -> None:
 
 
 def explain_after_reuse(root: Path) -> None:
-    shown = ppy("explain", "wave", str(root))
+    shown = ppy("explain", "leibniz", str(root))
     assert shown.returncode == 0, shown.stderr
     assert "outcome:   reused [reused]" in shown.stdout
     assert "reason:    unchanged since the last build; entry reused (compiled for cpu)" in (

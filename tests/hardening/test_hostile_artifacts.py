@@ -40,7 +40,7 @@ from ppy.errors import ArtifactError
 
 from tests.hardening.support import copy_example, ppy, real_artifact
 
-EXPORT = "entries/model/wave/stablehlo"
+EXPORT = "entries/model/collatz_steps/stablehlo"
 
 
 def _members(data: bytes) -> list[tuple[zipfile.ZipInfo, bytes]]:
@@ -162,7 +162,7 @@ HOSTILE: dict[str, tuple[Callable[[bytes], bytes], str]] = {
     "a symbolic link member": (_as_link, "is a symbolic link"),
     "a folder member": (_add("entries/model/dir/", b"", stat.S_IFDIR | 0o755), "empty or '.'"),
     "a device member": (_add("entries/model/dev", b"", stat.S_IFCHR | 0o600), "a special file"),
-    "an unlisted member": (_add("entries/model/wave/extra"), "does not list"),
+    "an unlisted member": (_add("entries/model/collatz_steps/extra"), "does not list"),
     "a member declared at 2 GiB": (_declared_size(2 << 30), "over the limit"),
     "a member smaller than declared": (_declared_size(1000), "the manifest says"),
     "an encrypted member": (_encrypted, "encrypted"),
@@ -299,7 +299,7 @@ def _tricks(root: Path) -> tuple[bytes, list[Path]]:
     artifact = loads(real_artifact())
     entries = []
     for entry in artifact.entries:
-        if entry.qualname == "wave":
+        if entry.qualname == "collatz_steps":
             entry = dataclasses.replace(entry, payload={"stablehlo": pickled})
         if entry.qualname == "leibniz":
             entry = dataclasses.replace(

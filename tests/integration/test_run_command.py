@@ -117,7 +117,10 @@ if __name__ == "__main__":
 def test_verbose_logs_the_path_of_every_scalar_call(
     make_project: Callable[..., Path], ppy: Run
 ) -> None:
-    root = make_project({"prog.ppy": SCALAR_PROGRAM})
+    root = make_project(
+        {"prog.ppy": SCALAR_PROGRAM},
+        pyproject='[project]\nname = "demo"\n[tool.ppy.plugins.xla]\nforce-staging = true\n',
+    )
     ran = ppy("-v", "--log-format", "json", "run", "prog.ppy", cwd=root)
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout == python(root / "prog.ppy") == "4 4.0 -2\n"

@@ -3,8 +3,9 @@
 It reads the module's AST and writes StableHLO text itself: no import of jax,
 no trace, no execution of project code, so it needs no build-execution
 permission. ``check`` compiles the function (pure and fast) and reports the
-first unsupported construct or type error with its file:line; ``stage``
-returns the module text compiled then.
+first unsupported construct or type error with its file:line, then whether
+staging pays for the call (``worth``); ``stage`` returns the module text
+compiled then.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ppy_plugin_xla import __version__
 from ppy_plugin_xla.errors import CompileError
 from ppy_plugin_xla.lower import CompiledFunction, compile_function
 from ppy_plugin_xla.scope import read_scope
+from ppy_plugin_xla.worth import STAGED_CALL_US, Work, estimate
 
 __all__ = ["DECORATOR", "XlaScalarPlugin", "compile_in_module"]
 
@@ -33,6 +35,9 @@ DECORATOR = "ppy.xla.jit"
 #: Part of the fingerprint, so that an artifact written by an earlier
 #: compiler (one whose modules XLA could still rewrite) is compiled again.
 EMITTER = 2
+#: ``[tool.ppy.plugins.xla] force-staging = true`` stages functions that do
+#: not pay for a staged call too.
+FORCE = "force-staging"
 
 
 def _jit_names(module: ModuleInfo) -> set[str]:
@@ -69,6 +74,16 @@ def compile_in_module(module: ModuleInfo, qualname: str) -> CompiledFunction | C
     return _compile(module.source, frozenset(_jit_names(module)), qualname)
 
 
+@lru_cache(maxsize=256)
+def _work(source: str, names: frozenset[str], qualname: str) -> Work:
+    return estimate(read_scope(source, set(names)), qualname)
+
+
+def work_in_module(module: ModuleInfo, qualname: str) -> Work:
+    """What one call of a function of ``module`` that compiles does."""
+    return _work(module.source, frozenset(_jit_names(module)), qualname)
+
+
 class XlaScalarPlugin:
     name = "xla"
     kind = XlaScalar.KIND
@@ -78,17 +93,28 @@ class XlaScalarPlugin:
     version = __version__
 
     def validate_settings(self, table: Mapping[str, Any], path: str) -> Mapping[str, Any]:
-        for key in table:
-            raise ConfigError(
-                f"unknown setting {key!r}: the xla plugin has no settings yet",
-                path=path,
-                key=f"tool.ppy.plugins.xla.{key}",
-                remedy="remove the key",
-            )
-        return {}
+        for key, value in table.items():
+            if key != FORCE:
+                raise ConfigError(
+                    f"unknown setting {key!r}: the xla plugin's one setting is {FORCE!r}",
+                    path=path,
+                    key=f"tool.ppy.plugins.xla.{key}",
+                    remedy="remove the key",
+                )
+            if type(value) is not bool:
+                raise ConfigError(
+                    f"{FORCE} must be true or false, not {value!r}",
+                    path=path,
+                    key=f"tool.ppy.plugins.xla.{key}",
+                    remedy=f"write {FORCE} = true or {FORCE} = false",
+                )
+        return {FORCE: table.get(FORCE, False)}
 
     def fingerprint(self, settings: Mapping[str, Any]) -> str:
-        return f"ppy-plugin-xla {__version__} emitter {EMITTER} convention {XlaScalar.CONVENTION}"
+        return (
+            f"ppy-plugin-xla {__version__} emitter {EMITTER} convention {XlaScalar.CONVENTION} "
+            f"{FORCE} {bool(settings.get(FORCE))}"
+        )
 
     def check(
         self, function: FunctionInfo, module: ModuleInfo, settings: Mapping[str, Any]
@@ -123,13 +149,12 @@ class XlaScalarPlugin:
                     result.rule, False, f"{function.path}:{line}: {result.message}", result.remedy
                 )
             ]
-        return [
-            Check(
-                "xla-compilable",
-                True,
-                "compiles to StableHLO from the source alone; needs no build-time execution",
-            )
-        ]
+        compiles = Check(
+            "xla-compilable",
+            True,
+            "compiles to StableHLO from the source alone; needs no build-time execution",
+        )
+        return [compiles, _worth(function, work_in_module(module, function.qualname), settings)]
 
     def stage(self, request: StageRequest) -> Sequence[Entry | StageFailure]:
         results: list[Entry | StageFailure] = []
@@ -150,6 +175,21 @@ class XlaScalarPlugin:
                     continue
                 results.append(entry_for(target.module.name, compiled))
         return results
+
+
+def _worth(function: FunctionInfo, work: Work, settings: Mapping[str, Any]) -> Check:
+    if settings.get(FORCE):
+        return Check("not-worth-staging", True, f"staged whatever it does ({FORCE} = true)")
+    if work.pays:
+        found = "a loop of a trip count no literal fixes" if work.unbounded else work.describe()
+        return Check("not-worth-staging", True, f"{found}: one call does enough work to pay")
+    return Check(
+        "not-worth-staging",
+        False,
+        f"{function.qualname}() {work.describe()}: a staged call costs about {STAGED_CALL_US} µs "
+        "(a PJRT dispatch, measured), far more than its Python body; it stays Python",
+        f"set [tool.ppy.plugins.xla] {FORCE} = true to stage it anyway",
+    )
 
 
 def entry_for(module: str, compiled: CompiledFunction) -> Entry:
