@@ -24,6 +24,11 @@ __all__ = ["LoggedScalar", "ScalarRuntime", "StagedScalar"]
 
 #: The Python type of each of the contract's scalar types.
 _TYPES = {"float": float, "int": int, "bool": bool}
+_FLAGGED = (
+    "flag",
+    "the staged call raised its fallback flag (an error, an int beyond int64, "
+    "a subnormal or a result Python computes otherwise)",
+)
 
 
 def _log() -> Any:
@@ -42,6 +47,13 @@ class StagedScalar:
         self.result_type = contract.result_type
         self._text = contract.text
         self._executable: Any = None
+        #: The executable's call once loaded: the fast path's one test.
+        self._call: Callable[[tuple[Any, ...]], tuple[Any, int]] | None = None
+        #: The exact Python types a staged call takes, and where ints and
+        #: floats sit, whose values the fast path checks too.
+        self._types = tuple(_TYPES[kind] for kind in self.param_types)
+        self._ints = tuple(i for i, kind in enumerate(self.param_types) if kind == "int")
+        self._floats = tuple(i for i, kind in enumerate(self.param_types) if kind == "float")
         self._broken: str | None = None
         self._reasons: set[str] = set()
         self.fallbacks = 0
@@ -93,7 +105,32 @@ class StagedScalar:
                 )
         return self._executable
 
+    def _fits(self, args: tuple[Any, ...]) -> bool:
+        """Whether ``args`` are what the module takes (``_guard``, without the reason)."""
+        if tuple(map(type, args)) != self._types:
+            return False
+        for i in self._ints:
+            if not INT64_MIN <= args[i] <= INT64_MAX:
+                return False
+        for i in self._floats:
+            value = args[i]
+            if value != 0.0 and abs(value) < MIN_NORMAL_FLOAT64:
+                return False
+        return True
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # The fast path: a loaded executable and arguments it takes. Anything
+        # else, the first call included, goes through _slow, which says why.
+        call = self._call
+        if call is None or kwargs or not self._fits(args):
+            return self._slow(args, kwargs)
+        result, flag = call(args)
+        if flag:
+            return self._fallback(_FLAGGED, *args)
+        self.staged_calls += 1
+        return result if self.result_type != "bool" else result != 0
+
+    def _slow(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if kwargs:
             return self._fallback(("keywords", "keyword arguments"), *args, **kwargs)
         reason = self._guard(args)
@@ -102,18 +139,8 @@ class StagedScalar:
         executable = self._load()
         if executable is None:
             return self._fallback(("compile", self._broken or "not compiled"), *args)
-        result, flag = executable.call(args)
-        if flag:
-            return self._fallback(
-                (
-                    "flag",
-                    "the staged call raised its fallback flag (an error, an int beyond int64, "
-                    "a subnormal or a result Python computes otherwise)",
-                ),
-                *args,
-            )
-        self.staged_calls += 1
-        return result if self.result_type != "bool" else result != 0
+        self._call = executable.call
+        return StagedScalar.__call__(self, *args)  # now the fast path; logged once under -v
 
 
 class LoggedScalar(StagedScalar):

@@ -98,6 +98,8 @@ class ScalarExecutable:
             sharding,
             devices=[self.device],
             committed=True,
+            # Copied during the put: no host array is kept alive for a worker thread to release.
+            host_buffer_semantics=_jax.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL,
             enable_x64=True,
         )
         self._execute = self.executable.execute_sharded
