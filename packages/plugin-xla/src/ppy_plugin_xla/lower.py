@@ -299,7 +299,8 @@ class _Function:
                     stmt,
                     f"returns {value.type} where the annotation says {self.ret_type}; "
                     f"Python would return the {value.type}",
-                    f"return a {self.ret_type}, e.g. {self.ret_type}(...)",
+                    f"return {'an' if self.ret_type == 'int' else 'a'} {self.ret_type}, "
+                    f"e.g. {self.ret_type}(...)",
                 )
             self.vars["$retval"] = b.select(self.pred, value, self.vars["$retval"])
             self.vars["$ret"] = b.or_(self.vars["$ret"], self.pred)
