@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     for target in checked:
         verdict = "met    " if target["met"] else "NOT MET"
         note = "" if target["enough_rounds"] else f"  ({target['rounds']} rounds: indicative only)"
-        print(f"{verdict} {target['ratio']:8.3f}  {target['name']}  [{target['source']}]{note}")
+        value = f"{target['ratio']:8.3f}" if target["over"] else f"{target['ratio'] * 1e6:6.2f}µs"
+        print(f"{verdict} {value}  {target['name']}  [{target['source']}]{note}")
     print(f"\nwrote {results / 'latest.json'}, latest.md, {', '.join(p.name for p in drawn)}")
     print(f"{plan.mode} run took {time.perf_counter() - started:.1f} s")
     return 0

@@ -89,6 +89,7 @@ XLA_MODEL = """\
 import json
 import time
 
+import jax
 from ppy import xla
 
 LIMIT = {limit}
@@ -133,6 +134,22 @@ def trivial(n: int) -> int:
     return n + 1
 
 
+# Seconds per call of each side: the best of 5 rounds of CALLS calls, the
+# sides alternated round by round.
+def per_call(sides: dict) -> dict:
+    for call in sides.values():
+        for _ in range(1000):
+            call()
+    best = {{name: float("inf") for name in sides}}
+    for _ in range(5):
+        for name, call in sides.items():
+            start = time.perf_counter()
+            for _ in range(CALLS):
+                call()
+            best[name] = min(best[name], (time.perf_counter() - start) / CALLS)
+    return best
+
+
 def measure(functions=None) -> dict:
     functions = functions or {{"collatz": longest_chain, "series": series, "trivial": trivial}}
     figures = {{}}
@@ -144,15 +161,19 @@ def measure(functions=None) -> dict:
         figures[name] = time.perf_counter() - start
         figures[name + "_value"] = value
     fn = functions["trivial"]
-    for _ in range(1000):
-        fn(3)
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(CALLS):
-            fn(3)
-        best = min(best, (time.perf_counter() - start) / CALLS)
-    figures["trivial"] = best
+    # The same function jitted by jax, called with a Python scalar: as it
+    # returns (the result still computing) and with its value read as a
+    # Python int, which a scalar function's caller gets.
+    jitted = jax.jit(lambda n: n + 1)
+    figures.update(
+        per_call(
+            {{
+                "trivial": lambda: fn(3),
+                "jitted": lambda: jitted(3),
+                "jitted_read": lambda: int(jitted(3)),
+            }}
+        )
+    )
     figures["trivial_value"] = fn(3)
     return figures
 
@@ -203,7 +224,9 @@ def deep_model(root: Path, layers: int) -> Path:
 def xla_scalar(root: Path, *, limit: int, terms: int, calls: int) -> Path:
     """The xla plugin's loops (collatz, Leibniz series) and a trivial scalar function."""
     text = XLA_MODEL.format(limit=limit, terms=terms, calls=calls)
-    return _project(root, "xla-scalar", {"model.ppy": text}, '[project]\nname = "{name}"\n')
+    # force-staging: the trivial function measures a staged call's own cost.
+    pyproject = '[project]\nname = "{name}"\n[tool.ppy.plugins.xla]\nforce-staging = true\n'
+    return _project(root, "xla-scalar", {"model.ppy": text}, pyproject)
 
 
 def build_function(index: int, version: int = 0) -> str:

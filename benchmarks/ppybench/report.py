@@ -63,14 +63,13 @@ def render(record: Mapping[str, Any]) -> str:
             )
     targets = record.get("targets", [])
     if targets:
-        lines += ["", "| Target | From | Ratio | Met |", "|---|---|---:|---|"]
+        lines += ["", "| Target | From | Ratio (or time) | Met |", "|---|---|---:|---|"]
         for target in targets:
             met = "met" if target["met"] else "**not met**"
             if not target["enough_rounds"]:
                 met += f" ({target['rounds']} rounds; indicative only)"
-            lines.append(
-                f"| {target['name']} | {target['source']} | {_ratio(target['ratio'])} | {met} |"
-            )
+            value = _ratio(target["ratio"]) if target["over"] else _seconds(target["ratio"])
+            lines.append(f"| {target['name']} | {target['source']} | {value} | {met} |")
     return "\n".join(lines) + "\n"
 
 

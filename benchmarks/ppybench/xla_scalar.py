@@ -7,6 +7,12 @@ trivial scalar function. Three modes, one fresh process each per round,
 interleaved: ``python model.ppy`` (the Python bodies), ``ppy run model.ppy``
 (staged) and numba's ``njit`` on the same bodies. All must compute the same
 values.
+
+Inside each staged process the trivial function is also timed against the
+same function jitted by jax and called with a Python scalar, the two
+alternated round by round: as ``jax.jit`` returns (an array whose value may
+still be computing) and with the value read (``int(...)``), which is what a
+staged scalar call hands back.
 """
 
 from __future__ import annotations
@@ -19,9 +25,10 @@ from . import measure, projects
 from .machine import ppy_command
 from .measure import Comparison, Mode
 
-__all__ = ["scalar_loops"]
+__all__ = ["TRIVIAL_VS_JAX", "scalar_loops"]
 
 WORKER = Path(__file__).with_name("numba_worker.py")
+TRIVIAL_VS_JAX = "trivial function vs jax.jit, per call (in one process)"
 
 
 def scalar_loops(
@@ -63,4 +70,13 @@ def scalar_loops(
             name: [figure[key] for figure in mode_figures] for name, mode_figures in figures.items()
         }
         found.append(Comparison("xla scalar", label, "s", "CPython", samples, {"key": key}))
+    staged = figures["staged"]
+    jitted = {
+        "jitted jax": [figure["jitted"] for figure in staged],
+        "jitted jax, value read": [figure["jitted_read"] for figure in staged],
+        "staged": [figure["trivial"] for figure in staged],
+    }
+    found.append(
+        Comparison("xla scalar", TRIVIAL_VS_JAX, "s", "jitted jax", jitted, {"key": "trivial"})
+    )
     return found
