@@ -59,6 +59,7 @@ SAMPLES: dict[str, tuple[str, str]] = {
     ),
     "xla-unsupported": ("", '@xla.jit\ndef name(n: int) -> int:\n    return len("abc")\n'),
     "xla-type": ("", "@xla.jit\ndef half(n: int) -> int:\n    return n / 2\n"),
+    "not-worth-staging": ("", "@xla.jit\ndef double(x: float) -> float:\n    return x * 2.0\n"),
 }
 
 
