@@ -203,6 +203,11 @@ def test_doctor_times_import_jax_and_names_ml_dtypes_from_its_installed_version(
         # Slow or not is what was measured here, not what the version promises.
         row = next(r for r in SLOW_VERSIONS if r.package == "ml_dtypes")
         assert finding["slow_here"] is (finding["measured_seconds"] >= row.slow_seconds)
+        if finding["slow_here"]:
+            saving = finding["measured_seconds"] - row.fast_seconds
+            assert abs(finding["would_save_seconds"] - saving) < 0.002
+        else:
+            assert finding["would_save_seconds"] is None
     else:
         assert found == []
 
@@ -236,6 +241,7 @@ def test_doctor_json_fields_on_a_project_with_no_artifact(
     assert report["import_jax"] == {"measured": False, "seconds": None, "top": [], "error": None}
     for finding in report["findings"]:
         assert finding["measured_seconds"] is None and finding["slow_here"] is None
+        assert finding["would_save_seconds"] is None
 
     artifact = report["artifact"]
     assert artifact["state"] == "missing"
