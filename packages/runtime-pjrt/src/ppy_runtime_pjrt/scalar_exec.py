@@ -11,7 +11,7 @@ narrowed); the one ``int64[2]`` output is wrapped by jax's C++ result handler
 and read through the buffer protocol by ``struct`` again, as the result's
 Python type and the flag. No numpy scalar, no jax sharding code and no
 Python-level array wrapper is made per call. Each step was measured against
-the path it replaced: ``docs/plugin-xla.md`` has the figures.
+the path it replaced (docs/plugin-xla.md, "Speed").
 
 Executables are kept in core's per-user cache (``ppy.cache``), keyed by the
 module text, the platform and the jaxlib version, so a later process loads
