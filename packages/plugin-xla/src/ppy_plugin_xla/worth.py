@@ -25,9 +25,9 @@ from ppy_plugin_xla.scope import ModuleScope
 
 __all__ = ["MIN_ITERATIONS", "STAGED_CALL_US", "Work", "estimate"]
 
-#: The per-call cost of a staged call of a trivial function, in µs: the
-#: median of the benchmark runner's "trivial function, per call" case on
-#: a 2-core x86 machine (docs/plugin-xla.md, "When staging pays").
+#: The per-call cost of a staged call of a trivial function, in µs, on a
+#: 2-core x86 machine: 20-23 µs measured in one process (docs/plugin-xla.md,
+#: "Speed"); the benchmark runner's full run, on a slower day, 29 µs.
 STAGED_CALL_US = 20
 #: Loop iterations, in all, from which a function of literal loops pays: a
 #: loop iteration of CPython costs tens of ns, a staged call ``STAGED_CALL_US``.
