@@ -23,7 +23,7 @@ import pytest
 from ppy.artifact import Artifact, ModuleRecord, read_artifact, write_artifact
 from ppy.entry import Entry
 from ppy.kinds import Captured, JaxExport, KindError, Variant, XlaScalar
-from ppy.spec import TensorSpec
+from ppy.spec import MeshSpec, TensorSpec
 
 PACKAGES = Path(__file__).resolve().parents[2] / "packages"
 WRITERS = ("plugin-jax", "plugin-xla")
@@ -64,6 +64,21 @@ EXPORT = JaxExport(
 )
 
 
+SHARDED = dataclasses.replace(
+    EXPORT,
+    mesh=MeshSpec(("data", "model"), (2, 2), ("explicit", "explicit")),
+    variants=tuple(
+        dataclasses.replace(
+            v,
+            nr_devices=4,
+            inputs=(TensorSpec(("4*B", 4), "float32", "x", ("data", ("model",))),),
+            outputs=(TensorSpec(("4*B",), "float32", None, ("data",)),),
+        )
+        for v in EXPORT.variants
+    ),
+)
+
+
 def entry_of(contract: XlaScalar | JaxExport, qualname: str) -> Entry:
     return Entry(
         module="model",
@@ -85,7 +100,11 @@ def test_both_kinds_come_back_from_a_real_artifact_as_they_went_in(tmp_path: Pat
             config_digest="0" * 64,
             written_by={"ppy": "0.1.0"},
             modules=(ModuleRecord("model", "model.ppy", "1" * 64),),
-            entries=(entry_of(SCALAR, "square"), entry_of(EXPORT, "score")),
+            entries=(
+                entry_of(SCALAR, "square"),
+                entry_of(EXPORT, "score"),
+                entry_of(SHARDED, "sharded"),
+            ),
             decisions=(),
         ),
         path,
@@ -93,6 +112,8 @@ def test_both_kinds_come_back_from_a_real_artifact_as_they_went_in(tmp_path: Pat
     loaded = {e.qualname: e for e in read_artifact(path).entries}
     assert XlaScalar.read(loaded["square"]) == SCALAR
     assert JaxExport.read(loaded["score"]) == EXPORT
+    assert JaxExport.read(loaded["sharded"]) == SHARDED
+    assert str(SHARDED.variants[0].inputs[0]) == "float32[4*B@data,4@(model)]"
 
 
 def test_the_manifest_fields_are_the_documented_ones() -> None:
@@ -109,6 +130,7 @@ def test_the_manifest_fields_are_the_documented_ones() -> None:
         "captures",
         "trace_config",
         "in_shardings",
+        "mesh",
         "jax_version",
         "jaxlib_version",
         "traced",
@@ -178,6 +200,10 @@ def test_a_malformed_scalar_entry_names_its_field(
         ({"variants": []}, "metadata.variants"),
         ({"drop": "traced"}, "metadata.traced"),
         ({"in_shardings": "sharded"}, "metadata.in_shardings"),
+        ({"in_shardings": "mesh"}, "metadata.mesh"),
+        ({"drop": "mesh"}, "metadata.mesh"),
+        ({"mesh": {"names": ["data"], "sizes": [0], "types": ["explicit"]}}, "metadata.mesh"),
+        ({"mesh": {"names": ["data"], "sizes": [4], "types": ["diagonal"]}}, "metadata.mesh"),
         ({"calling_convention": 1}, "metadata.calling_convention"),
         ({"drop": "captures"}, "metadata.captures"),
         ({"captures": [{"path": "K", "name": "K", "fingerprint": "x"}]}, "metadata.captures"),

@@ -94,6 +94,7 @@ def test_settings_default_to_off_and_the_build_machines_backend() -> None:
         "export-memory-limit": 8192,
         "captured-array-limit": 1 << 20,
         "verify-sizes": True,
+        "mesh": None,
     }
     settings = JaxExportPlugin().validate_settings(
         {"allow-build-export": True, "platforms": ["tpu", "cpu", "cpu"], "export-timeout": 3},
@@ -115,6 +116,13 @@ def test_settings_default_to_off_and_the_build_machines_backend() -> None:
         ({"export-memory-limit": 1.5}, "export-memory-limit", "integer"),
         ({"captured-array-limit": -1}, "captured-array-limit", "wanted 0 to"),
         ({"timeout": 3}, "timeout", "unknown key"),
+        ({"mesh": 4}, "mesh", "table"),
+        ({"mesh": {}}, "mesh", "no axes"),
+        ({"mesh": {"data": 0}}, "mesh", "number of devices >= 1"),
+        ({"mesh": {"data": "4"}}, "mesh", "number of devices >= 1"),
+        ({"mesh": {"data": 4}, "mesh-axis-types": "diagonal"}, "mesh-axis-types", "diagonal"),
+        ({"mesh": {"data": 4}, "mesh-axis-types": {"model": "auto"}}, "mesh-axis-types", "model"),
+        ({"mesh-axis-types": {"data": "auto"}}, "mesh-axis-types", "no mesh"),
     ],
 )
 def test_a_bad_setting_names_its_key(table: dict[str, object], key: str, words: str) -> None:
@@ -123,6 +131,22 @@ def test_a_bad_setting_names_its_key(table: dict[str, object], key: str, words: 
     assert caught.value.key == f"tool.ppy.plugins.jax.{key}"
     assert caught.value.path == "proj/pyproject.toml"
     assert words in str(caught.value)
+
+
+def test_the_mesh_reads_in_axis_order_with_its_types() -> None:
+    plugin = JaxExportPlugin()
+    settings = plugin.validate_settings(
+        {"mesh": {"data": 2, "model": 2}, "mesh-axis-types": {"model": "auto"}}, "pyproject.toml"
+    )
+    mesh = settings["mesh"]
+    assert (mesh.names, mesh.sizes, mesh.types) == (
+        ("data", "model"),
+        (2, 2),
+        ("explicit", "auto"),
+    )
+    assert str(mesh) == "data=2, model=2 (auto, explicit)" and mesh.devices == 4
+    other = plugin.validate_settings({"mesh": {"data": 4}}, "pyproject.toml")
+    assert plugin.fingerprint(settings) != plugin.fingerprint(other)
 
 
 def test_the_plugins_own_rules_say_what_cannot_be_exported() -> None:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from ppy import xla
 from ppy._hook import install as _install_hook
-from ppy.annotations import DType, Like, Shape
+from ppy.annotations import DType, Like, Shape, Sharding
 
 __version__ = "0.1.0"
-__all__ = ["DType", "Like", "Shape", "__version__", "xla"]
+__all__ = ["DType", "Like", "Shape", "Sharding", "__version__", "xla"]
 
 _install_hook()

@@ -1,4 +1,4 @@
-"""The annotation model: ``ppy.Shape``, ``ppy.DType`` and ``ppy.Like``.
+"""The annotation model: ``ppy.Shape``, ``ppy.DType``, ``ppy.Like`` and ``ppy.Sharding``.
 
 They are metadata inside ``typing.Annotated`` and do nothing at run time; the
 build reads them from the source (see ``ppy.discovery``), and the jax plugin's
@@ -12,7 +12,18 @@ from __future__ import annotations
 import ast
 from typing import Final
 
-__all__ = ["DTYPE_NAMES", "DType", "Like", "Shape", "check_dim", "check_dtype"]
+from ppy.spec import Axis
+
+__all__ = [
+    "DTYPE_NAMES",
+    "DType",
+    "Like",
+    "Shape",
+    "Sharding",
+    "check_axis",
+    "check_dim",
+    "check_dtype",
+]
 
 #: Element types a staged input may have, spelled as numpy/jax name them.
 DTYPE_NAMES: Final[frozenset[str]] = frozenset(
@@ -102,6 +113,27 @@ def check_dtype(name: object) -> str:
         allowed = ", ".join(sorted(DTYPE_NAMES))
         raise ValueError(f"ppy.DType: {name!r} is not a dtype name; use one of: {allowed}")
     return name
+
+
+def check_axis(axis: object) -> Axis:
+    """Return one entry of a ``ppy.Sharding`` if it is valid, else raise ValueError saying why.
+
+    An entry is what ``jax.sharding.PartitionSpec`` takes for one dim: None
+    (not sharded), a mesh axis name, or a tuple of names (sharded over
+    several axes at once).
+    """
+    if axis is None or (isinstance(axis, str) and axis.isidentifier()):
+        return axis
+    if (
+        isinstance(axis, tuple)
+        and axis
+        and all(isinstance(a, str) and a.isidentifier() for a in axis)
+    ):
+        return axis
+    raise ValueError(
+        f"ppy.Sharding: {axis!r} is not a dim's sharding; use None (not sharded), a mesh "
+        'axis name such as "data", or a tuple of names such as ("data", "model")'
+    )
 
 
 class Shape:
@@ -197,3 +229,32 @@ class Like:
 
     def __hash__(self) -> int:
         return hash(("Like", self.name))
+
+
+class Sharding:
+    """How an array input is laid out over the mesh: a ``PartitionSpec``, by its entries.
+
+    ``Sharding("data", None)`` splits dim 0 over the mesh axis ``data`` and
+    keeps dim 1 whole; ``Sharding()`` replicates the input on every device.
+    The mesh is the project's (``[tool.ppy.plugins.jax] mesh``). On a pytree
+    input (``ppy.Like``, a described class) it applies to every leaf, as a
+    sharding given to ``jax.jit`` for a whole argument does.
+    """
+
+    __slots__ = ("spec",)
+    spec: tuple[Axis, ...]
+
+    def __init__(self, *spec: Axis) -> None:
+        object.__setattr__(self, "spec", tuple(check_axis(a) for a in spec))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("ppy.Sharding is immutable")
+
+    def __repr__(self) -> str:
+        return f"ppy.Sharding({', '.join(repr(a) for a in self.spec)})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sharding) and other.spec == self.spec
+
+    def __hash__(self) -> int:
+        return hash(("Sharding", self.spec))

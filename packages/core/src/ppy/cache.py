@@ -80,12 +80,14 @@ def executable_key(
     platform: str,
     device_kind: str,
     versions: Iterable[tuple[str, str]],
+    placement: str = "",
 ) -> str:
     """The cache key of one executable: sha256 over everything it depends on.
 
     ``entry_digest`` is the hash of the export payload, ``signature`` the
     concrete (shape, dtype name) of each input, ``versions`` pairs such as
-    ``("jax", "0.10.2")``. The ``XLA_FLAGS`` environment variable is part of
+    ``("jax", "0.10.2")``, ``placement`` the devices a sharded executable runs
+    on, in order (empty for one device). The ``XLA_FLAGS`` environment variable is part of
     it too: XLA compiles differently under other flags. A change in any of
     them is a different key, so a stale executable is never found rather than
     found and rejected.
@@ -93,6 +95,8 @@ def executable_key(
     parts = [f"entry={entry_digest}", f"platform={platform}", f"device_kind={device_kind}"]
     parts += [f"in={','.join(str(d) for d in shape)}:{dtype}" for shape, dtype in signature]
     parts += [f"{name}={version}" for name, version in sorted(versions)]
+    if placement:
+        parts.append(f"placement={placement}")
     parts.append(f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 

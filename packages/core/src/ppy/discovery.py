@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
-from ppy.annotations import check_dim, check_dtype
+from ppy.annotations import check_axis, check_dim, check_dtype
 from ppy.layout import module_name
 from ppy.source import (
     ArraySpec,
@@ -39,6 +39,7 @@ from ppy.source import (
     ParameterKind,
     Scope,
 )
+from ppy.spec import Axis
 
 __all__ = ["TRANSFORMS", "discover_module", "discover_source"]
 
@@ -62,6 +63,7 @@ _ANNOTATED: Final = frozenset({"typing.Annotated", "typing_extensions.Annotated"
 _SHAPE: Final = frozenset({"ppy.Shape", "ppy.annotations.Shape"})
 _DTYPE: Final = frozenset({"ppy.DType", "ppy.annotations.DType"})
 _LIKE: Final = frozenset({"ppy.Like", "ppy.annotations.Like"})
+_SHARDING: Final = frozenset({"ppy.Sharding", "ppy.annotations.Sharding"})
 _TYPE_ALIAS: Final = frozenset({"typing.TypeAlias", "typing_extensions.TypeAlias"})
 _LITERAL: Final = frozenset({"typing.Literal", "typing_extensions.Literal"})
 _CLASS_VAR: Final = frozenset({"typing.ClassVar", "typing_extensions.ClassVar"})
@@ -450,7 +452,9 @@ class _Reader:
             name,
             kind,
             ast.unparse(annotation),
-            ArraySpec(found.shape, found.dtype, tuple(found.problems), found.jaxtyping),
+            ArraySpec(
+                found.shape, found.dtype, tuple(found.problems), found.jaxtyping, found.sharding
+            ),
             has_default,
             like=found.like,
             tree=found.tree,
@@ -504,6 +508,9 @@ class _Reader:
                 found.problems.extend(problems)
             elif marker in _LIKE:
                 found.like, problems = self._like(item)
+                found.problems.extend(problems)
+            elif marker in _SHARDING:
+                found.sharding, problems = self._sharding(item)
                 found.problems.extend(problems)
 
     def _read_name(self, node: ast.Name | ast.Attribute, found: _SpecFound) -> None:
@@ -619,6 +626,16 @@ class _Reader:
                 problems.append(f"{self._where(call)}: {error}")
         return (None if problems else tuple(dims)), problems
 
+    def _sharding(self, call: ast.Call) -> tuple[tuple[Axis, ...] | None, list[str]]:
+        values = self._literals(call)
+        if values is None:
+            message = _NOT_LITERAL.format(marker="ppy.Sharding")
+            return None, [f"{self._where(call)}: {message}: {ast.unparse(call)}"]
+        try:
+            return tuple(check_axis(value) for value in values), []
+        except ValueError as error:
+            return None, [f"{self._where(call)}: {error}"]
+
     def _dtype(self, call: ast.Call) -> tuple[str | None, list[str]]:
         values = self._literals(call)
         if values is None:
@@ -643,6 +660,7 @@ class _SpecFound:
     tree: str | None = None
     choices: tuple[object, ...] | None = None
     jaxtyping: bool = False
+    sharding: tuple[Axis, ...] | None = None
     problems: list[str] = field(default_factory=list)
 
 

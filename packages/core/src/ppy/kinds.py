@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
 from ppy.entry import Entry
-from ppy.spec import TensorSpec
+from ppy.spec import MeshSpec, TensorSpec
 
 __all__ = [
     "Captured",
@@ -103,6 +103,18 @@ class _Fields:
         if not isinstance(value, str):
             raise self._wrong(key, value, "a string")
         return value
+
+    def mesh(self, key: str, *, required: bool) -> MeshSpec | None:
+        value = self._get(key)
+        if value is None and not required:
+            return None
+        if not isinstance(value, Mapping) or set(value) != {"names", "sizes", "types"}:
+            wanted = "a mesh {names, sizes, types}" if required else "null (one device)"
+            raise self._wrong(key, value, wanted)
+        try:
+            return MeshSpec.from_json(value)
+        except ValueError as error:
+            raise KindError(self.kind, f"metadata.{key}", f"does not read: {error}") from None
 
     def integer(self, key: str) -> int:
         value = self._get(key)
@@ -321,9 +333,9 @@ class JaxExport:
     #: ``jax.export.Exported.serialize()`` bytes; ``stablehlo``, the module's
     #: text, UTF-8, for people and tools (the runtime reads ``export``).
     MEMBERS: ClassVar[tuple[str, ...]] = ("export", "stablehlo")
-    CONVENTION: ClassVar[int] = 3
-    #: How the inputs are sharded; the only layout staged so far.
-    IN_SHARDINGS: ClassVar[str] = "replicated"
+    CONVENTION: ClassVar[int] = 4
+    #: How the inputs are laid out: on one device, or over ``mesh``.
+    IN_SHARDINGS: ClassVar[tuple[str, ...]] = ("replicated", "mesh")
     #: The most variants one entry holds (the product of its static choices).
     MAX_VARIANTS: ClassVar[int] = 16
 
@@ -335,13 +347,16 @@ class JaxExport:
     captures: tuple[Captured, ...] = ()
     #: jax config name -> the value's repr, as the trace saw it.
     trace_config: Mapping[str, str] = field(default_factory=dict)
+    #: The mesh a sharded export was made for; None for one device.
+    mesh: MeshSpec | None = None
 
     def to_metadata(self) -> dict[str, Any]:
         return {
             "calling_convention": self.CONVENTION,
             "captures": [c.to_json() for c in self.captures],
             "trace_config": dict(sorted(self.trace_config.items())),
-            "in_shardings": self.IN_SHARDINGS,
+            "in_shardings": "replicated" if self.mesh is None else "mesh",
+            "mesh": None if self.mesh is None else self.mesh.to_json(),
             "jax_version": self.jax_version,
             "jaxlib_version": self.jaxlib_version,
             "traced": list(self.traced),
@@ -369,12 +384,13 @@ class JaxExport:
         fields = _Fields(cls.KIND, metadata)
         fields.convention("calling_convention", cls.CONVENTION)
         shardings = fields.text("in_shardings")
-        if shardings != cls.IN_SHARDINGS:
+        if shardings not in cls.IN_SHARDINGS:
             raise KindError(
                 cls.KIND,
                 "metadata.in_shardings",
-                f"is {shardings!r}; this ppy reads {cls.IN_SHARDINGS!r} only",
+                f"is {shardings!r}; this ppy reads {' or '.join(cls.IN_SHARDINGS)} only",
             )
+        mesh = fields.mesh("mesh", required=shardings == "mesh")
         static = fields.texts("static")
         raw = fields._get("variants")
         if not isinstance(raw, list) or not 1 <= len(raw) <= cls.MAX_VARIANTS:
@@ -390,6 +406,7 @@ class JaxExport:
             variants=variants,
             captures=fields.captures("captures"),
             trace_config=fields.text_map("trace_config"),
+            mesh=mesh,
         )
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ppy.spec import Axis
+
 __all__ = [
     "ArraySpec",
     "ClassInfo",
@@ -38,6 +40,8 @@ class ArraySpec:
     problems: tuple[str, ...] = ()
     #: Read from a jaxtyping annotation rather than ``ppy.Shape``/``ppy.DType``.
     jaxtyping: bool = False
+    #: ``ppy.Sharding``'s entries (a ``PartitionSpec``), or None where it has none.
+    sharding: tuple[Axis, ...] | None = None
 
 
 @dataclass(frozen=True)

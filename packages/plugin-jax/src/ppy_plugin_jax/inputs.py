@@ -19,13 +19,15 @@ field. This module imports jax only inside the functions the worker calls.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from ppy.source import ClassInfo, Parameter
+from ppy.spec import Axis
 
-__all__ = ["Undescribed", "abstract", "describe"]
+__all__ = ["Abstract", "Undescribed", "abstract", "describe"]
 
 
 class Undescribed(Exception):
@@ -43,6 +45,9 @@ def describe(parameter: Parameter, static: bool = False) -> dict[str, Any]:
     array = None
     if spec.shape is not None and spec.dtype is not None:
         array = {"dims": list(spec.shape), "dtype": spec.dtype, "ppy": not spec.jaxtyping}
+    sharding = None
+    if spec.sharding is not None:
+        sharding = [list(a) if isinstance(a, tuple) else a for a in spec.sharding]
     return {
         "name": parameter.name,
         "kind": parameter.kind,
@@ -52,20 +57,31 @@ def describe(parameter: Parameter, static: bool = False) -> dict[str, Any]:
         "like": parameter.like,
         "tree": parameter.tree,
         "has_default": parameter.has_default,
+        "sharding": sharding,
     }
 
 
-def abstract(
-    fn_globals: dict[str, Any], params: list[dict[str, Any]], root: str
-) -> tuple[dict[str, Any], dict[int, list[int | str]]]:
-    """Each traced parameter's abstract value, by name; and the dims as the
-    source wrote them (``"B+1"``, where jax would print ``B + 1``) of each
-    leaf described by an annotation, by the leaf's ``id``."""
+@dataclass
+class Abstract:
+    """The traced parameters' abstract values, and what the source wrote of their leaves."""
+
+    #: Each traced parameter's abstract value, by name.
+    values: dict[str, Any]
+    #: The dims as the source wrote them (``"B+1"``, where jax would print
+    #: ``B + 1``) of each leaf described by an annotation, by the leaf's ``id``.
+    written: dict[int, list[int | str]]
+    #: Each leaf's ``ppy.Sharding`` entries, by the leaf's ``id``: its own, or
+    #: its parameter's (or field's) where it sits in a described pytree.
+    shardings: dict[int, tuple[Axis, ...]]
+
+
+def abstract(fn_globals: dict[str, Any], params: list[dict[str, Any]], root: str) -> Abstract:
+    """What the traced parameters look like, built from their descriptions."""
     from jax import export
 
     builder = _Builder(export.SymbolicScope(), Path(root).resolve())
     values = {p["name"]: builder.value(p, fn_globals, p["name"]) for p in params if not p["static"]}
-    return values, builder.written
+    return Abstract(values, builder.written, builder.shardings)
 
 
 class _Builder:
@@ -73,15 +89,24 @@ class _Builder:
         self.scope = scope
         self.root = root
         self.written: dict[int, list[int | str]] = {}
+        self.shardings: dict[int, tuple[Axis, ...]] = {}
 
     def value(self, desc: dict[str, Any], names: dict[str, Any], where: str) -> Any:
         if desc.get("array") is not None:
-            return self.array(desc["array"])
-        if desc.get("like") is not None:
-            return self.like(desc["like"], names, where)
-        if desc.get("tree") is not None:
-            return self.tree(desc["tree"], names, where)
-        raise Undescribed("missing-shape", f"{where} is not described")
+            value = self.array(desc["array"])
+        elif desc.get("like") is not None:
+            value = self.like(desc["like"], names, where)
+        elif desc.get("tree") is not None:
+            value = self.tree(desc["tree"], names, where)
+        else:
+            raise Undescribed("missing-shape", f"{where} is not described")
+        if desc.get("sharding") is not None:
+            import jax
+
+            spec = tuple(tuple(a) if isinstance(a, list) else a for a in desc["sharding"])
+            for leaf in jax.tree_util.tree_leaves(value):
+                self.shardings.setdefault(id(leaf), spec)  # a field's own comes first
+        return value
 
     def array(self, array: dict[str, Any]) -> Any:
         import jax

@@ -16,6 +16,7 @@ from ppy.decision import Check
 from ppy.fingerprint import DEFAULT_LIMIT
 from ppy.kinds import JaxExport
 from ppy.plugin import Requirements
+from ppy.spec import AXIS_TYPES, MeshSpec
 
 if TYPE_CHECKING:
     from ppy.entry import Entry
@@ -54,6 +55,18 @@ SETTINGS: Mapping[str, Setting] = {
         "bytes of the largest array a function may read from module globals and still be "
         "exported (it is baked into the artifact); pass larger ones as parameters",
         bounds=(0, 1 << 30, "bytes"),
+    ),
+    "mesh": Setting(
+        (dict,),
+        None,
+        "the mesh that ppy.Sharding descriptions lay inputs out over: axis name = size, in "
+        "order, such as { data = 4 } or { data = 2, model = 2 }",
+    ),
+    "mesh-axis-types": Setting(
+        (str, dict),
+        "explicit",
+        f"the mesh axes' jax.sharding.AxisType, one of {', '.join(AXIS_TYPES)}: for every "
+        "axis, or a table by axis name; jax.make_mesh's default is explicit",
     ),
     "export-memory-limit": Setting(
         (int,),
@@ -123,15 +136,17 @@ class JaxExportPlugin:
                     remedy='write platforms = ["cpu"], say, or remove it for the default backend',
                 )
             settings["platforms"] = sorted(set(platforms), key=PLATFORMS.index)
+        settings["mesh"] = _mesh(settings["mesh"], settings.pop("mesh-axis-types"), path)
         return settings
 
     def fingerprint(self, settings: Mapping[str, Any]) -> str:
         versions = ",".join(f"{t}={_version(t)}" for t in _TOOLS)
         platforms = settings.get("platforms")
         chosen = ",".join(platforms) if platforms else "default"
+        mesh = settings.get("mesh")
         return (
             f"ppy-plugin-jax={self.version},{versions};platforms={chosen};"
-            f"convention={JaxExport.CONVENTION}"
+            f"convention={JaxExport.CONVENTION};mesh={mesh.to_json() if mesh else None}"
         )
 
     def check(
@@ -143,6 +158,54 @@ class JaxExportPlugin:
         from ppy_plugin_jax.process import export_in_worker
 
         return export_in_worker(request)
+
+
+def _mesh(axes: Mapping[str, Any] | None, types: Any, path: str) -> MeshSpec | None:
+    """``mesh`` and ``mesh-axis-types`` as one ``MeshSpec``, or ConfigError saying what is wrong."""
+    from ppy.errors import ConfigError
+
+    key = "tool.ppy.plugins.jax.mesh"
+    if axes is None:
+        if isinstance(types, Mapping):
+            raise ConfigError(
+                "mesh-axis-types names axes, but there is no mesh",
+                path=path,
+                key=f"{key}-axis-types",
+                remedy="write mesh = { data = 4 }, say, or remove mesh-axis-types",
+            )
+        return None
+    if not axes:
+        raise ConfigError(
+            "mesh has no axes",
+            path=path,
+            key=key,
+            remedy="write mesh = { data = 4 }, say, or remove it",
+        )
+    for name, size in axes.items():
+        if not name.isidentifier() or type(size) is not int or size < 1:
+            raise ConfigError(
+                f"axis {name!r} = {size!r}: an axis is a name and a number of devices >= 1",
+                path=path,
+                key=key,
+                remedy="write mesh = { data = 4 } or { data = 2, model = 2 }",
+            )
+    by_axis = types if isinstance(types, Mapping) else dict.fromkeys(axes, types)
+    unknown = sorted(set(by_axis) - set(axes))
+    bad = sorted(str(t) for t in by_axis.values() if t not in AXIS_TYPES)
+    if unknown or bad:
+        what = f"names axes the mesh lacks: {', '.join(unknown)}" if unknown else ""
+        what = what or f"gives {', '.join(bad)}, not one of {', '.join(AXIS_TYPES)}"
+        raise ConfigError(
+            f"mesh-axis-types {what}",
+            path=path,
+            key=f"{key}-axis-types",
+            remedy=f'write mesh-axis-types = "explicit" (or one of {", ".join(AXIS_TYPES)})',
+        )
+    return MeshSpec(
+        tuple(axes),
+        tuple(axes.values()),
+        tuple(by_axis.get(name, "explicit") for name in axes),
+    )
 
 
 def _static_args(function: FunctionInfo) -> Check:

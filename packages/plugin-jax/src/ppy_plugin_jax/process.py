@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import json
 import os
 import selectors
@@ -31,6 +32,7 @@ from ppy.entry import Entry
 from ppy.fingerprint import DEFAULT_LIMIT
 from ppy.kinds import JaxExport
 from ppy.plugin import StageFailure, StageRequest, StageTarget
+from ppy.spec import MeshSpec
 
 from ppy_plugin_jax.inputs import describe
 
@@ -103,6 +105,9 @@ _REMEDIES: Final[Mapping[str, str]] = {
     "invalid-spec": "fix the description as the message says",
     "input-tree": "pass the object whose metadata cannot be compared outside the pytree, "
     "or leave the function jitted",
+    "sharding": "describe the mesh in [tool.ppy.plugins.jax] mesh, name its axes in "
+    'ppy.Sharding, and write a sharded dim as a multiple of its axes\' size ("4*B" over '
+    "data = 4); docs/runtime.md shows a sharded program",
     "output-tree": "return containers (tuples, dicts, NamedTuples) of arrays, or trees of the "
     "same classes as the inputs",
 }
@@ -150,12 +155,14 @@ def _entry(target: StageTarget, qualname: str, message: Mapping[str, Any]) -> En
     payload = {k: base64.b64decode(v) for k, v in message["payload"].items()}
     contract = JaxExport.from_mapping(message["metadata"], payload)
     first = contract.variants[0]
+    # The manifest's signature is dims and dtypes; how a sharded export's
+    # leaves are laid out is the contract's (its variants' specs and mesh).
     return Entry(
         module=target.module.name,
         qualname=qualname,
         kind=JaxExport.KIND,
-        inputs=first.inputs,
-        outputs=first.outputs,
+        inputs=tuple(dataclasses.replace(s, sharding=None) for s in first.inputs),
+        outputs=tuple(dataclasses.replace(s, sharding=None) for s in first.outputs),
         platforms=tuple(message["platforms"]),
         payload=contract.to_payload(),
         metadata=contract.to_metadata(),
@@ -285,6 +292,7 @@ def export_in_worker(request: StageRequest) -> list[Entry | StageFailure]:
                     "memory_limit_mb": request.settings.get("export-memory-limit"),
                     "capture_limit": request.settings.get("captured-array-limit", DEFAULT_LIMIT),
                     "verify_sizes": request.settings.get("verify-sizes", True),
+                    "mesh": _mesh_json(request.settings.get("mesh")),
                     "capture": str(capture),
                     "modules": [_module_request(t) for t in pending],
                 },
@@ -343,3 +351,7 @@ def export_in_worker(request: StageRequest) -> list[Entry | StageFailure]:
                 )
             pending.remove(victim)
     return [results[t.module.name, f.qualname] for t in request.targets for f in t.functions]
+
+
+def _mesh_json(mesh: MeshSpec | None) -> dict[str, Any] | None:
+    return None if mesh is None else mesh.to_json()

@@ -34,9 +34,14 @@ import sys
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import IO, Any, Final
+from typing import IO, TYPE_CHECKING, Any, Final
 
 from ppy_plugin_jax.guard import Guard, high_copy
+
+if TYPE_CHECKING:
+    from ppy.spec import MeshSpec
+
+    from ppy_plugin_jax.inputs import Abstract
 
 __all__ = ["PROTOCOL_VERSION", "main"]
 
@@ -123,7 +128,9 @@ class _Flat:
         self.in_tree = in_tree
         self.out_trees: list[Any] = []
 
-    def bind(self, static: Mapping[str, Any]) -> Any:
+    def bind(self, static: Mapping[str, Any], out_shardings: Any = None) -> Any:
+        """The function jit traces for one value of each static parameter;
+        ``out_shardings`` pins its outputs' shardings (a list, one per leaf)."""
         import functools
 
         import jax
@@ -140,16 +147,22 @@ class _Flat:
             self.out_trees.append(out_tree)
             return out_leaves
 
-        return jax.jit(functools.wraps(self.fn)(flat))
+        wrapped = functools.wraps(self.fn)(flat)
+        if out_shardings is None:
+            return jax.jit(wrapped)
+        return jax.jit(wrapped, out_shardings=out_shardings)
 
 
 def _leaf_specs(
-    names: list[str], trees: tuple[Any, ...], written: Mapping[int, list[int | str]]
+    names: list[str], trees: tuple[Any, ...], described: Abstract
 ) -> list[dict[str, Any]]:
     """Each leaf's description, named by its parameter and its path in the tree,
-    with its dims as the source wrote them where it wrote them."""
+    with its dims as the source wrote them where it wrote them, and its
+    ``ppy.Sharding`` entries (None where no leaf has one; replicated, ``()``,
+    for a leaf with none beside one that has)."""
     import jax
 
+    sharded = bool(described.shardings)
     specs = []
     for path, leaf in jax.tree_util.tree_flatten_with_path(trees)[0]:
         name = names[path[0].idx] + jax.tree_util.keystr(path[1:])
@@ -160,8 +173,9 @@ def _leaf_specs(
                 "it as a traced value; describe it as an array, or make it a static field "
                 "(not a pytree leaf) of its class",
             )
-        dims = written.get(id(leaf)) or _dims(leaf)
-        specs.append({"name": name, "dims": dims, "dtype": str(leaf.dtype)})
+        dims = described.written.get(id(leaf)) or _dims(leaf)
+        sharding = described.shardings.get(id(leaf), ()) if sharded else None
+        specs.append({"name": name, "dims": dims, "dtype": str(leaf.dtype), "sharding": sharding})
     return specs
 
 
@@ -200,22 +214,29 @@ class _Inputs:
     tree: Any
     #: ``ppy.pytrees.structure`` of ``tree``.
     digest: str
+    #: The mesh the leaves are laid out over, or None for one device.
+    mesh: MeshSpec | None = None
 
 
-def _inputs(fn: Any, module: Any, params: list[Mapping[str, Any]], root: str) -> _Inputs:
+def _inputs(
+    fn: Any, module: Any, params: list[Mapping[str, Any]], request: Mapping[str, Any]
+) -> _Inputs:
     import jax
     from ppy.fingerprint import Unreadable, python_function
     from ppy.pytrees import structure
+    from ppy.spec import MeshSpec
 
     from ppy_plugin_jax.inputs import Undescribed, abstract
+    from ppy_plugin_jax.mesh import Unplaced, place
 
     python = python_function(fn)
+    namespace = python.__globals__ if python else vars(module)
     try:
-        values, written = abstract(python.__globals__ if python else vars(module), params, root)
+        described = abstract(namespace, params, request["root"])
     except Undescribed as undescribed:
         raise _Refusal(undescribed.rule, undescribed.reason) from None
-    names = list(values)
-    trees = tuple(values[name] for name in names)
+    names = list(described.values)
+    trees = tuple(described.values[name] for name in names)
     leaves, tree = jax.tree_util.tree_flatten(trees)
     try:
         digest = structure(tree)
@@ -223,7 +244,16 @@ def _inputs(fn: Any, module: Any, params: list[Mapping[str, Any]], root: str) ->
         raise _Refusal(
             "input-tree", f"its inputs cannot be compared at run time: {error}"
         ) from None
-    return _Inputs(names, _leaf_specs(names, trees, written), leaves, tree, digest)
+    specs = _leaf_specs(names, trees, described)
+    mesh = None
+    if described.shardings:
+        raw = request.get("mesh")
+        mesh = MeshSpec.from_json(raw) if raw is not None else None
+        try:
+            leaves = place(leaves, specs, mesh)
+        except Unplaced as error:
+            raise _Refusal("sharding", str(error)) from None
+    return _Inputs(names, specs, leaves, tree, digest, mesh)
 
 
 def _captures(fn: Any, request: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -261,7 +291,7 @@ def _export_variants(
     if mismatch:
         raise _Refusal("annotation-mismatch", mismatch)
     params = function["params"]
-    inputs = _inputs(fn, module, params, request["root"])
+    inputs = _inputs(fn, module, params, request)
     read = _captures(fn, request)
     # A 64-bit input is traced as it would be under ppy run: only with x64 on,
     # which the trace records, so the staged path is taken only then.
@@ -278,6 +308,7 @@ def _export_variants(
         variants=tuple(variant for variant, _ in variants),
         captures=read,
         trace_config=traced_under,
+        mesh=inputs.mesh,
     )
     payload = contract.to_payload()
     return {
@@ -298,11 +329,22 @@ def _variant(
     from ppy.pytrees import Unrebuildable, recipe
     from ppy.spec import TensorSpec
 
+    from ppy_plugin_jax.mesh import out_shardings, spec_of
     from ppy_plugin_jax.verify import specialized
 
     targets = request.get("platforms") or [jax.default_backend()]
-    function = flat.bind(static)
-    exported = export.export(function, platforms=targets)(*inputs.leaves)
+    try:
+        function = flat.bind(static)
+        if inputs.mesh is not None:
+            function = flat.bind(static, out_shardings(function, inputs.leaves))
+        exported = export.export(function, platforms=targets)(*inputs.leaves)
+    except Exception as error:
+        if type(error).__name__ != "IndivisibleError":
+            raise
+        first = str(error).splitlines()[0]
+        raise _Refusal(
+            "sharding", f"a sharded dim does not divide over its axes: {first}"
+        ) from None
     out_tree = flat.out_trees[-1]
     found = specialized(function, exported) if request.get("verify_sizes", True) else None
     if found is not None:
@@ -322,8 +364,13 @@ def _variant(
         static=static,
         in_tree=inputs.digest,
         out_tree=out_recipe,
-        inputs=tuple(TensorSpec(tuple(s["dims"]), s["dtype"], s["name"]) for s in inputs.specs),
-        outputs=tuple(TensorSpec(tuple(_dims(a)), str(a.dtype)) for a in exported.out_avals),
+        inputs=tuple(
+            TensorSpec(tuple(s["dims"]), s["dtype"], s["name"], s["sharding"]) for s in inputs.specs
+        ),
+        outputs=tuple(
+            TensorSpec(tuple(_dims(a)), str(a.dtype), None, spec_of(sharding))
+            for a, sharding in zip(exported.out_avals, _out_named(exported), strict=True)
+        ),
         calling_convention_version=exported.calling_convention_version,
         nr_devices=exported.nr_devices,
         uses_shape_polymorphism=any(
@@ -333,6 +380,13 @@ def _variant(
         stablehlo=exported.mlir_module().encode("utf-8"),
     )
     return variant, tuple(exported.platforms)
+
+
+def _out_named(exported: Any) -> tuple[Any, ...]:
+    """The export's output shardings over its abstract mesh: None where the
+    compiler chooses (every output of a one-device export)."""
+    named = getattr(exported, "_out_named_shardings", None)
+    return tuple(named) if named is not None else (None,) * len(exported.out_avals)
 
 
 def _describe(error: BaseException, doing: str, root: str) -> str:

@@ -32,6 +32,7 @@ from ppy.cache import ExecutableCache, executable_key
 
 from ppy_runtime_pjrt import pickled, unstaged
 from ppy_runtime_pjrt.guard import Signature
+from ppy_runtime_pjrt.placement import Placed
 
 __all__ = ["CompileRefused", "Executables", "Shaped", "dispatcher", "fast_call"]
 
@@ -123,6 +124,9 @@ class Shaped:
     #: leaf as its ``ShapeDtypeStruct``: what jit lowers.
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
+    #: For a sharded export, the mesh the inputs are laid out over; None
+    #: for one device.
+    placed: Placed | None = None
 
 
 class Executables:
@@ -166,16 +170,19 @@ class Executables:
             platform=self.platform,
             device_kind=self.device_kind,
             versions=self.versions,
+            placement=shaped.placed.key if shaped.placed is not None else "",
         )
 
     def load(self, shaped: Shaped) -> tuple[Callable[..., Any], str]:
         """(the call, where it came from: "cache" or "compiled").
 
-        Either way the executable is one read back from its bytes, with
-        outputs left uncommitted: compiled from ``exported.call``, whose
-        shardings are explicit, it would commit them to the device, where jit
-        commits an output only when an input was (and the guard sends
-        committed inputs to the original).
+        Either way the executable is one read back from its bytes. On one
+        device its outputs are left uncommitted: compiled from
+        ``exported.call``, whose shardings are explicit, it would commit them
+        to the device, where jit commits an output only when an input was
+        (and the guard sends committed inputs to the original). Over a mesh
+        the inputs are committed, as sharded arrays are, and so are the
+        outputs, as jit's are.
         """
         key = self.key(shaped)
         if self.cache is not None:
@@ -193,14 +200,15 @@ class Executables:
         return fast_call(compiled), "compiled"
 
     def _deserialize(self, key: str, data: bytes, shaped: Shaped) -> Any:
+        placed = shaped.placed
         try:
             return pickled.load_compiled(
                 data,
                 shaped.in_tree,
                 shaped.out_tree,
                 self.device.client,
-                [self.device],
-                committed=False,
+                list(placed.devices) if placed is not None else [self.device],
+                committed=placed is not None,
             )
         except Exception as error:
             if self.cache is not None:

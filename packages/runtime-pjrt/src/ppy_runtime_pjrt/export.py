@@ -35,6 +35,7 @@ from ppy_runtime_pjrt import unstaged
 from ppy_runtime_pjrt.calls import Bound, Calls
 from ppy_runtime_pjrt.conditions import Conditions
 from ppy_runtime_pjrt.guard import Fallback, Guard, Signature
+from ppy_runtime_pjrt.placement import Placed, Placement
 
 if TYPE_CHECKING:
     from ppy_runtime_pjrt.compile import Executables
@@ -77,11 +78,20 @@ class Staged:
     structure.
     """
 
-    def __init__(self, variant: Variant, exported: Any, guard: Guard, module: str) -> None:
+    def __init__(
+        self,
+        variant: Variant,
+        exported: Any,
+        guard: Guard,
+        module: str,
+        placement: Placement | None = None,
+    ) -> None:
         self.variant = variant
         self.exported = exported
         self.guard = guard
         self.module = module
+        #: For an export over a mesh: the layout its inputs must have.
+        self.placement = placement
         self.trees: dict[Any, Any] = {}
         self.executables: Executables | None = None
 
@@ -237,12 +247,17 @@ class StagedFunction:
         checked = staged.guard.check(leaves)
         if isinstance(checked, Fallback):
             return checked
+        placed = None
+        if staged.placement is not None:
+            placed = staged.placement.check(leaves)
+            if isinstance(placed, Fallback):
+                return placed
         # Where jit would trace (a new signature or configuration), and read
         # the globals again.
         captured = self.conditions.captured()
         if captured is not None:
             return captured
-        call = self._executable(staged, bound, out_tree, checked, (args, kwargs))
+        call = self._executable(staged, bound, out_tree, checked, placed, (args, kwargs))
         if isinstance(call, Fallback):
             return call
         return Route(call, bound.args, bound.kwargs)
@@ -271,16 +286,19 @@ class StagedFunction:
         bound: Bound,
         out_tree: Any,
         signature: Signature,
+        placed: Placed | None,
         given: tuple[tuple[Any, ...], dict[str, Any]],
     ) -> Callable[..., Any] | Fallback:
         """The executable for this call: ``bound`` less its statics is what it
-        takes; ``given``, the call as made, is what jit lowers."""
+        takes; ``given``, the call as made, is what jit lowers; ``placed``,
+        for a sharded export, the devices it runs on."""
         import jax
 
         from ppy_runtime_pjrt.compile import CompileRefused, Shaped
 
         call_tree = jax.tree_util.tree_structure((bound.args, bound.kwargs))
-        key = (bound.static, call_tree, signature)
+        devices = placed.devices if placed is not None else None
+        key = (bound.static, call_tree, signature, devices)
         call = self.executables.get(key)
         if call is not None:
             return call
@@ -293,6 +311,7 @@ class StagedFunction:
             signature=signature,
             args=jax.tree_util.tree_map(_shape_of, given[0]),
             kwargs=jax.tree_util.tree_map(_shape_of, given[1]),
+            placed=placed,
         )
         try:
             call, source = staged.executables.load(shaped)
@@ -327,10 +346,15 @@ class Route:
 
 
 def _shape_of(leaf: Any) -> Any:
-    """An array leaf as jit lowers it: its shape and dtype; anything else as it is."""
+    """An array leaf as jit lowers it: its shape and dtype, and its sharding
+    where it is laid out over a mesh; anything else as it is."""
     import jax
+    from jax.sharding import NamedSharding
 
     if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+        sharding = getattr(leaf, "sharding", None)
+        if isinstance(sharding, NamedSharding):
+            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)  # type: ignore[no-untyped-call]
         return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype)  # type: ignore[no-untyped-call]
     return leaf
 
@@ -509,13 +533,21 @@ class ExportRuntime:
         if reason is not None:
             raise NotBound(reason)
         _check_description(variant, exported)
+        mesh = contract.mesh
         try:
             guard = Guard(
                 variant.inputs,
                 [jax.numpy.dtype(spec.dtype) for spec in variant.inputs],
                 array_types=(ArrayImpl, numpy.ndarray),
                 tracer_type=jax.core.Tracer,
+                sharded=mesh is not None,
             )
         except ValueError as error:
             raise NotBound(f"the input description does not read: {error}; rebuild") from error
-        return Staged(variant, exported, guard, entry.module)
+        if mesh is not None and exported.nr_devices != mesh.devices:
+            raise NotBound(
+                f"the export is for {exported.nr_devices} devices, its mesh ({mesh}) has "
+                f"{mesh.devices}; rebuild the artifact"
+            )
+        placement = Placement(mesh, variant.inputs) if mesh is not None else None
+        return Staged(variant, exported, guard, entry.module, placement)

@@ -41,8 +41,10 @@ class Fallback:
     #: structure), tracer, scalar, list, type, count, rank, dim, dtype, symbolic
     #: (no one value of a symbol fits), size (a symbolic dim below 1, or a size
     #: its expression cannot have, as 5 for ``2*B``), device (committed to a
-    #: device, or sharded), compile (the export refused the shape), config
-    #: (another jax configuration) or captured (a global the trace read changed).
+    #: device, or sharded, for an export on one device), sharding (not laid
+    #: out over a mesh as a sharded export's inputs are), compile (the export
+    #: refused the shape), config (another jax configuration) or captured (a
+    #: global the trace read changed).
     category: str
     detail: str
 
@@ -67,8 +69,12 @@ class Guard:
         *,
         array_types: tuple[type, ...],
         tracer_type: type,
+        sharded: bool = False,
     ) -> None:
         self.specs = tuple(specs)
+        #: Inputs are laid out over a mesh (``placement.Placement`` checks how),
+        #: so they are committed to their devices, as a sharded array is.
+        self.sharded = sharded
         self.dtypes = tuple(dtypes)
         self.array_types = array_types
         self.tracer_type = tracer_type
@@ -102,7 +108,7 @@ class Guard:
                 )
             if arg.dtype != dtype:
                 return Fallback("dtype", f"{name} is {arg.dtype}, staged for {spec.dtype}")
-            if getattr(arg, "_committed", False):
+            if not self.sharded and getattr(arg, "_committed", False):
                 # jit runs where a committed input lives and commits its
                 # output there; the staged executable is for one device.
                 return Fallback(

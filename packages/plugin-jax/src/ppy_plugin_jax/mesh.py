@@ -1,0 +1,135 @@
+"""Sharded exports: the project's mesh as a ``jax.sharding.AbstractMesh``, and
+each input leaf laid out over it as its ``ppy.Sharding`` says.
+
+The build has no devices of the mesh's count, and needs none: an export
+traced over an ``AbstractMesh`` serializes its shardings by axis name, and
+``jax.export`` binds them to a concrete ``Mesh`` of the same names, sizes and
+axis types when the program calls it. The leaves carry their sharding in
+their abstract value (``ShapeDtypeStruct(..., sharding=...)``), as the
+program's arrays carry it, so the trace sees the types a jitted call sees
+(under explicit axes, ``float32[8@data,4]``). Imported by the worker only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ppy.spec import Axis, MeshSpec
+
+__all__ = ["Unplaced", "abstract_mesh", "out_shardings", "place", "spec_of"]
+
+
+class Unplaced(Exception):
+    """A sharding that cannot be laid over the mesh: the reason, for rule ``sharding``."""
+
+
+def abstract_mesh(mesh: MeshSpec) -> Any:
+    """The ``AbstractMesh`` of the project's mesh, with its axis types."""
+    from jax.sharding import AbstractMesh, AxisType
+
+    types = tuple(getattr(AxisType, t.capitalize()) for t in mesh.types)
+    return AbstractMesh(mesh.sizes, mesh.names, axis_types=types)
+
+
+def place(
+    leaves: Sequence[Any], specs: Sequence[Mapping[str, Any]], mesh: MeshSpec | None
+) -> list[Any]:
+    """Each leaf with its sharding over ``mesh`` (``specs[i]["sharding"]``).
+
+    Raises ``Unplaced`` when the function is described with ``ppy.Sharding``
+    and the project has no mesh, or names an axis the mesh lacks, or shards
+    a leaf over more dims than it has.
+    """
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    if mesh is None:
+        first = next(s["name"] for s in specs if s["sharding"])
+        raise Unplaced(
+            f"{first} is described with ppy.Sharding, but the project has no mesh "
+            "([tool.ppy.plugins.jax] mesh = { data = 4 }, say)"
+        )
+    over = abstract_mesh(mesh)
+    placed = []
+    for leaf, spec in zip(leaves, specs, strict=True):
+        axes: tuple[Axis, ...] = spec["sharding"]
+        _check(spec["name"], axes, len(leaf.shape), mesh)
+        _divides(spec, leaf.shape, mesh)
+        sharding = NamedSharding(over, PartitionSpec(*axes))
+        placed.append(jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding))  # type: ignore[no-untyped-call]
+    return placed
+
+
+def _check(name: str, axes: tuple[Axis, ...], rank: int, mesh: MeshSpec) -> None:
+    if len(axes) > rank:
+        raise Unplaced(f"{name} has {rank} dims, but its ppy.Sharding gives {len(axes)}")
+    used = [a for entry in axes if entry is not None for a in _names(entry)]
+    unknown = sorted({a for a in used if a not in mesh.names})
+    if unknown:
+        raise Unplaced(
+            f"{name} is sharded over {', '.join(unknown)}, which the mesh ({mesh}) does not have"
+        )
+    twice = sorted({a for a in used if used.count(a) > 1})
+    if twice:
+        raise Unplaced(f"{name} is sharded over {', '.join(twice)} in more than one dim")
+
+
+def _divides(spec: Mapping[str, Any], shape: Sequence[Any], mesh: MeshSpec) -> None:
+    """Every sharded dim splits evenly over its axes, at every size it may take.
+
+    jax requires it of an export: ``"B"`` over ``data = 4`` fails for
+    ``B = 5``, so the description must say ``"4*B"``.
+    """
+    sizes = dict(zip(mesh.names, mesh.sizes, strict=True))
+    for axis, (dim, entry) in enumerate(zip(shape, spec["sharding"], strict=False)):
+        if entry is None:
+            continue
+        parts = 1
+        for name in _names(entry):
+            parts *= sizes[name]
+        remainder = dim % parts
+        if not (isinstance(remainder, int) and remainder == 0):
+            written = spec["dims"][axis]
+            raise Unplaced(
+                f"{spec['name']} dim {axis} is {written!r}, which does not divide over "
+                f"{'x'.join(_names(entry))} ({parts} devices) at every size; write it as a "
+                f"multiple, such as {f'{parts}*{written}'!r}"
+                if isinstance(written, str)
+                else f"{spec['name']} dim {axis} is {written}, which does not divide over "
+                f"{'x'.join(_names(entry))} ({parts} devices)"
+            )
+
+
+def _names(entry: str | tuple[str, ...]) -> tuple[str, ...]:
+    return (entry,) if isinstance(entry, str) else entry
+
+
+def out_shardings(function: Any, leaves: Sequence[Any]) -> list[Any] | None:
+    """The shardings a jitted call's outputs get from their types, or None if
+    the compiler chooses them.
+
+    Under explicit axes an output's sharding is part of its type: a jitted
+    call returns ``P('data', None)`` where the compiler, left to choose,
+    would write ``P('data',)``, which compares unequal. Pinning the export's
+    outputs to their types keeps what ``ppy run`` returns equal to what
+    ``python`` returns.
+    """
+    import jax
+    from jax.sharding import NamedSharding
+
+    outputs = jax.tree_util.tree_leaves(jax.eval_shape(function, *leaves))
+    shardings = [getattr(o, "sharding", None) for o in outputs]
+    if not all(isinstance(s, NamedSharding) and s.mesh.axis_names for s in shardings):
+        return None
+    return shardings
+
+
+def spec_of(sharding: Any) -> tuple[Axis, ...] | None:
+    """A sharding's ``PartitionSpec`` entries, as the artifact records them."""
+    spec = getattr(sharding, "spec", None)
+    if spec is None:
+        return None
+    return tuple(
+        entry if entry is None or isinstance(entry, str) else tuple(entry) for entry in spec
+    )

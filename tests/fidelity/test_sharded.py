@@ -1,0 +1,176 @@
+"""Sharded exports: on four devices of one machine, over 1x4 and 2x2 meshes.
+
+XLA presents this machine's CPU as four devices
+(``--xla_force_host_platform_device_count=4``). Each program runs under
+``python`` and ``ppy run`` and must print the same, values, shapes and
+shardings alike; the calls whose inputs are laid out as the export's take
+the staged path, and every other layout takes the original's with a
+``run.fallback`` of category ``sharding``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import PERMISSIONS, run_ppy
+from tests.fidelity.support import differential, project
+
+FOUR = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+
+DATA_PARALLEL = """\
+from typing import Annotated, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import ppy
+
+
+class Params(NamedTuple):
+    w: Annotated[jax.Array, ppy.Shape(8, 16), ppy.DType("float32")]
+    b: Annotated[jax.Array, ppy.Shape(16), ppy.DType("float32")]
+    out: Annotated[jax.Array, ppy.Shape(16, 3), ppy.DType("float32")]
+
+
+Batch = Annotated[jax.Array, ppy.Shape("4*B", 8), ppy.DType("float32"), ppy.Sharding("data")]
+
+
+@jax.jit
+def mlp(params: Params, x: Batch) -> jax.Array:
+    return jnp.tanh(x @ params.w + params.b) @ params.out
+
+
+def show(label, y):
+    print(label, y.shape, y.sharding.spec, jax.typeof(y), y.committed)
+    print("  ", np.round(np.asarray(y), 5).tolist()[:3])
+
+
+mesh = jax.make_mesh((4,), ("data",))
+rng = np.random.default_rng(0)
+params = Params(*(rng.normal(size=s).astype(np.float32) for s in ((8, 16), (16,), (16, 3))))
+params = jax.device_put(params, NamedSharding(mesh, P()))
+for rows in (4, 12):
+    x = rng.normal(size=(rows, 8)).astype(np.float32)
+    x = jax.device_put(x, NamedSharding(mesh, P("data")))
+    show(f"rows={rows}", mlp(params, x))
+
+x = rng.normal(size=(8, 8)).astype(np.float32)
+show("numpy batch", mlp(params, x))
+show("replicated batch", mlp(params, jax.device_put(x, NamedSharding(mesh, P()))))
+two = jax.make_mesh((2,), ("data",), devices=jax.devices()[:2])
+on_two = jax.device_put(params, NamedSharding(two, P()))
+show("two devices", mlp(on_two, jax.device_put(x, NamedSharding(two, P("data")))))
+"""
+
+MATMUL = """\
+from typing import Annotated
+
+import jax
+import numpy as np
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+import ppy
+
+Rows = Annotated[jax.Array, ppy.Shape("2*N", 6), ppy.DType("float32"), ppy.Sharding("data", None)]
+Cols = Annotated[jax.Array, ppy.Shape(6, 4), ppy.DType("float32"), ppy.Sharding(None, "model")]
+
+
+@jax.jit
+def project(x: Rows, w: Cols) -> jax.Array:
+    return x @ w * 2.0
+
+
+def run(label, mesh):
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(4, 6)).astype(np.float32)
+    w = rng.normal(size=(6, 4)).astype(np.float32)
+    x = jax.device_put(x, NamedSharding(mesh, P("data", None)))
+    w = jax.device_put(w, NamedSharding(mesh, P(None, "model")))
+    y = project(x, w)
+    placed = sorted((str(s.index), s.device.id) for s in y.addressable_shards)
+    print(label, y.sharding.spec, jax.typeof(y), "first block on device", placed[0][1])
+    print("  ", np.round(np.asarray(y), 4).tolist())
+
+
+run("2x2", jax.make_mesh((2, 2), ("data", "model")))
+# The same axes over the devices in another order: another executable.
+run("2x2 reversed", jax.make_mesh((2, 2), ("data", "model"), devices=jax.devices()[::-1]))
+# Auto axes trace otherwise than explicit ones: not the export's mesh.
+run("auto", jax.make_mesh((2, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2))
+"""
+
+
+def _mesh(table: str) -> str:
+    return PERMISSIONS + f"mesh = {table}\n"
+
+
+def test_a_data_parallel_mlp_on_a_1x4_mesh(tmp_path: Path) -> None:
+    root = project(tmp_path / "p", {"model.ppy": DATA_PARALLEL}, _mesh("{ data = 4 }"))
+    compared = differential(root, cache=tmp_path / "c", env=FOUR)
+    assert "P('data', None)" in compared.python.stdout
+    assert compared.bound() == {"mlp"} and compared.staged_calls("mlp") == 2
+    reasons = {str(f["reason"]) for f in compared.fallbacks()}
+    assert {f["category"] for f in compared.fallbacks()} == {"sharding"}
+    assert any("x is not laid out over a mesh" in r for r in reasons), reasons
+    assert any("x is laid out as P()" in r for r in reasons), reasons
+    assert any("mesh of data=2 (explicit)" in r for r in reasons), reasons
+
+
+def test_a_sharded_matmul_on_a_2x2_mesh(tmp_path: Path) -> None:
+    root = project(tmp_path / "p", {"model.ppy": MATMUL}, _mesh("{ data = 2, model = 2 }"))
+    compared = differential(root, cache=tmp_path / "c", env=FOUR)
+    assert "P('data', 'model')" in compared.python.stdout
+    assert compared.staged_calls("project") == 2
+    (fallback,) = compared.fallbacks()
+    assert fallback["category"] == "sharding"
+    assert "data=2, model=2 (auto)" in str(fallback["reason"])
+    # The quiet run loads both executables from the cache: were the device
+    # order not in the key, "2x2 reversed" would print the first's devices.
+    assert "first block on device 3" in compared.python.stdout
+
+
+def test_what_cannot_be_laid_out_over_the_mesh_stays_unstaged(tmp_path: Path) -> None:
+    program = """\
+        from typing import Annotated
+
+        import jax
+        import ppy
+
+        F32 = ppy.DType("float32")
+
+        @jax.jit
+        def odd(x: Annotated[jax.Array, ppy.Shape("B", 4), F32, ppy.Sharding("data")]):
+            return x * 2
+
+        @jax.jit
+        def unknown(x: Annotated[jax.Array, ppy.Shape(8, 4), F32, ppy.Sharding("model")]):
+            return x * 2
+
+        @jax.jit
+        def deep(x: Annotated[jax.Array, ppy.Shape(8), F32, ppy.Sharding("data", None)]):
+            return x * 2
+        """
+    with_mesh = project(tmp_path / "m", {"model.ppy": program}, _mesh("{ data = 4 }"))
+    reasons = _refusals(with_mesh, tmp_path / "c")
+    assert "x dim 0 is 'B', which does not divide over data (4 devices)" in reasons["odd"]
+    assert "'4*B'" in reasons["odd"]
+    assert (
+        "sharded over model, which the mesh (data=4 (explicit)) does not have" in reasons["unknown"]
+    )
+    assert "x has 1 dims, but its ppy.Sharding gives 2" in reasons["deep"]
+    without = project(tmp_path / "n", {"model.ppy": program})
+    reasons = _refusals(without, tmp_path / "c")
+    assert all("the project has no mesh" in r for r in reasons.values()), reasons
+
+
+def _refusals(root: Path, cache: Path) -> dict[str, str]:
+    built = run_ppy(
+        "-v", "--log-format", "json", "build", cwd=root, env={"PPY_CACHE_DIR": str(cache), **FOUR}
+    )
+    events = [json.loads(line) for line in built.stderr.splitlines() if line.startswith("{")]
+    decisions = [e for e in events if e["event"] == "build.decision"]
+    assert {d["rule"] for d in decisions} == {"sharding"}, decisions
+    return {str(d["function"]): str(d["reason"]) for d in decisions}
