@@ -92,6 +92,10 @@ class Staged:
         self.module = module
         #: For an export over a mesh: the layout its inputs must have.
         self.placement = placement
+        #: Why this process's platform cannot run the export, asked at the
+        #: first call where binding could not ask (see ``ExportRuntime._variant``).
+        self.platform: Callable[[], str | None] | None = None
+        self.unrunnable: str | None = None
         self.trees: dict[Any, Any] = {}
         self.executables: Executables | None = None
 
@@ -240,6 +244,10 @@ class StagedFunction:
             pairs = zip(self.calls.static, bound.static, strict=True)
             shown = ", ".join(f"{name}={value!r}" for name, (_, value) in pairs)
             return Fallback("static", f"{shown} is not among the values staged")
+        if staged.platform is not None:
+            staged.unrunnable, staged.platform = staged.platform(), None
+        if staged.unrunnable is not None:
+            return Fallback("platform", staged.unrunnable)
         leaves, in_tree = jax.tree_util.tree_flatten(bound.traced)
         out_tree = staged.out_tree(in_tree)
         if isinstance(out_tree, Fallback):
@@ -392,6 +400,13 @@ def _jit_disabled() -> bool:
     return bool(jax.config.jax_disable_jit)
 
 
+def _backends_started() -> bool:
+    from jax._src import xla_bridge
+
+    started = getattr(xla_bridge, "backends_are_initialized", None)
+    return True if started is None else bool(started())
+
+
 def _platform_reason(entry: Entry, exported: Any) -> str | None:
     import jax
 
@@ -529,9 +544,14 @@ class ExportRuntime:
                 f"the export uses calling convention version {version}; jax {jax.__version__} "
                 f"supports {low}..{high}; rebuild the artifact with this jax"
             )
-        reason = _platform_reason(entry, exported)
-        if reason is not None:
-            raise NotBound(reason)
+        # Asking for the platform starts jax's backend, which a program that
+        # calls jax.distributed.initialize has not done yet at import: then
+        # the first call asks instead.
+        deferred = not _backends_started()
+        if not deferred:
+            reason = _platform_reason(entry, exported)
+            if reason is not None:
+                raise NotBound(reason)
         _check_description(variant, exported)
         mesh = contract.mesh
         try:
@@ -550,4 +570,7 @@ class ExportRuntime:
                 f"{mesh.devices}; rebuild the artifact"
             )
         placement = Placement(mesh, variant.inputs) if mesh is not None else None
-        return Staged(variant, exported, guard, entry.module, placement)
+        staged = Staged(variant, exported, guard, entry.module, placement)
+        if deferred:
+            staged.platform = functools.partial(_platform_reason, entry, exported)
+        return staged

@@ -43,8 +43,10 @@ class Fallback:
     #: its expression cannot have, as 5 for ``2*B``), device (committed to a
     #: device, or sharded, for an export on one device), sharding (not laid
     #: out over a mesh as a sharded export's inputs are), compile (the export
-    #: refused the shape), config (another jax configuration) or captured (a
-    #: global the trace read changed).
+    #: refused the shape), config (another jax configuration), captured (a
+    #: global the trace read changed) or platform (the export is for another
+    #: platform, found at the first call where binding ran before jax's
+    #: backend started).
     category: str
     detail: str
 
