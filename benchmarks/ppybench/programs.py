@@ -17,7 +17,9 @@ from . import measure, projects
 from .measure import Comparison
 from .startup import first_calls, modes
 
-__all__ = ["nothing_staged", "optax_training"]
+__all__ = ["SHARDED", "nothing_staged", "optax_training", "sharded"]
+
+SHARDED = "4-device data-parallel MLP"
 
 
 def optax_training(scratch: Path, rounds: int) -> list[Comparison]:
@@ -41,3 +43,11 @@ def nothing_staged(scratch: Path, rounds: int) -> list[Comparison]:
     )
     wall = {name: [r.wall_s for r in mode_runs] for name, mode_runs in runs.items()}
     return [Comparison("nothing staged", "whole process", "s", "python", wall)]
+
+
+def sharded(scratch: Path, rounds: int) -> list[Comparison]:
+    """Case 8: examples/60_sharded, the data-parallel MLP on four devices."""
+    project = projects.sharded_example(scratch / "sharded")
+    runs = measure.interleave(modes(project, scratch / "sharded-caches"), rounds, scratch)
+    wall = {name: [r.wall_s for r in mode_runs] for name, mode_runs in runs.items()}
+    return [Comparison(SHARDED, "whole process", "s", "python", wall, {"devices": 4})]

@@ -21,6 +21,7 @@ __all__ = [
     "optax_training",
     "overhead",
     "page_example",
+    "sharded_example",
     "staged_count",
     "xla_scalar",
 ]
@@ -400,6 +401,15 @@ def main() -> None:
 if __name__ == "__main__":
     main()
 """
+
+
+def sharded_example(root: Path) -> Path:
+    """examples/60_sharded: a data-parallel MLP over four forced host devices."""
+    source = REPOSITORY / "examples" / "60_sharded"
+    files = {name: (source / name).read_text() for name in ("model.ppy", "pyproject.toml")}
+    # _project formats the pyproject with the name: the mesh's braces are literal.
+    pyproject = files.pop("pyproject.toml").replace("{", "{{").replace("}", "}}")
+    return _project(root, "sharded", files, pyproject)
 
 
 def optax_training(root: Path, *, opted_in: bool = True) -> Path:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .measure import Comparison
+from .programs import SHARDED
 from .xla_scalar import TRIVIAL_VS_JAX
 
 __all__ = ["TARGETS", "Target", "check"]
@@ -22,6 +23,7 @@ RUNTIME = "runtime"
 XLA = "plugin-xla"
 XLA_SPEED = "xla calls and loops"
 PROGRAMS = "real programs"
+SHARDING = "sharded exports"
 
 _OPS = {"<": operator.lt, "<=": operator.le, ">=": operator.ge}
 
@@ -82,6 +84,7 @@ TARGETS: tuple[Target, ...] = (
     Target(PROGRAMS, "optax training", "whole process", "ppy run warm", "python", "<", 0.6, 9),
     Target(PROGRAMS, "optax training", "first call", "ppy run warm", "python", "<", 0.2, 9),
     Target(PROGRAMS, "nothing staged", "whole process", "ppy run warm", "python", "<", 1.0, 9),
+    Target(SHARDING, SHARDED, "whole process", "ppy run warm", "python + jax cache", "<", 1.0, 9),
     *(
         Target(XLA, "xla scalar", key, "CPython", "staged", ">=", 15)
         for key in ("collatz, longest chain below 300000", "Leibniz series, 3000000 terms")
