@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.conftest import PERMISSIONS
 from tests.fidelity.support import differential, project
 
 PROGRAM = """\
@@ -55,3 +56,31 @@ def test_placement_and_commitment_are_as_jits(tmp_path: Path) -> None:
     assert "refused:" in compared.python.stdout
     assert compared.bound() == {"score"} and compared.staged_calls("score") == 2
     assert {f["category"] for f in compared.fallbacks()} == {"device"}
+
+
+def test_an_export_for_another_platform_takes_the_original_path(tmp_path: Path) -> None:
+    """Binding does not start jax's backend to ask its platform (a program may
+    still call jax.distributed.initialize); the first call asks, and falls back."""
+    program = """\
+        from typing import Annotated
+
+        import jax
+        import jax.numpy as jnp
+
+        import ppy
+
+
+        @jax.jit
+        def score(x: Annotated[jax.Array, ppy.Shape("B", 4), ppy.DType("float32")]):
+            return x.sum(axis=-1)
+
+
+        print(score(jnp.ones((2, 4), jnp.float32)), score(jnp.ones((3, 4), jnp.float32)))
+        """
+    pyproject = PERMISSIONS + 'platforms = ["tpu"]\n'
+    root = project(tmp_path / "p", {"model.ppy": program}, pyproject)
+    compared = differential(root, cache=tmp_path / "c")
+    assert compared.bound() == {"score"} and compared.staged_calls("score") == 0
+    (fallback,) = compared.fallbacks()
+    assert fallback["category"] == "platform"
+    assert "exported for tpu, but this process runs on cpu" in str(fallback["reason"])
