@@ -424,3 +424,31 @@ def test_pytrees_jaxtyping_like_and_flags_are_read_from_the_source() -> None:
     x, y = odd.parameters
     assert "axis 0 '...' is not exportable" in x.spec.problems[0]
     assert "Shaped allows several dtypes" in y.spec.problems[0]
+
+
+def test_a_sharding_is_read_as_written_and_a_bad_one_is_a_problem() -> None:
+    module = discover(
+        """
+        from typing import Annotated
+        import jax, ppy
+
+        AXIS = "data"
+        F32 = ppy.DType("float32")
+
+        def f(
+            x: Annotated[jax.Array, ppy.Shape(8, 4), F32, ppy.Sharding("data", None)],
+            y: Annotated[jax.Array, ppy.Shape(8), F32, ppy.Sharding(("a", "b"))],
+            r: Annotated[jax.Array, ppy.Shape(8), F32, ppy.Sharding()],
+            v: Annotated[jax.Array, ppy.Shape(8), F32, ppy.Sharding(AXIS)],
+            n: Annotated[jax.Array, ppy.Shape(8), F32, ppy.Sharding(3)],
+        ): ...
+        """
+    )
+    x, y, r, v, n = module.functions[0].parameters
+    assert (x.spec.sharding, y.spec.sharding, r.spec.sharding) == (
+        ("data", None),
+        (("a", "b"),),
+        (),
+    )
+    assert v.spec.sharding is None and "ppy.Sharding" in v.spec.problems[0]
+    assert n.spec.sharding is None and "3 is not a dim's sharding" in n.spec.problems[0]

@@ -333,18 +333,10 @@ def _variant(
     from ppy_plugin_jax.verify import specialized
 
     targets = request.get("platforms") or [jax.default_backend()]
-    try:
-        function = flat.bind(static)
-        if inputs.mesh is not None:
-            function = flat.bind(static, out_shardings(function, inputs.leaves))
-        exported = export.export(function, platforms=targets)(*inputs.leaves)
-    except Exception as error:
-        if type(error).__name__ != "IndivisibleError":
-            raise
-        first = str(error).splitlines()[0]
-        raise _Refusal(
-            "sharding", f"a sharded dim does not divide over its axes: {first}"
-        ) from None
+    function = flat.bind(static)
+    if inputs.mesh is not None:
+        function = flat.bind(static, out_shardings(function, inputs.leaves))
+    exported = export.export(function, platforms=targets)(*inputs.leaves)
     out_tree = flat.out_trees[-1]
     found = specialized(function, exported) if request.get("verify_sizes", True) else None
     if found is not None:
