@@ -174,3 +174,52 @@ def _refusals(root: Path, cache: Path) -> dict[str, str]:
     decisions = [e for e in events if e["event"] == "build.decision"]
     assert {d["rule"] for d in decisions} == {"sharding"}, decisions
     return {str(d["function"]): str(d["reason"]) for d in decisions}
+
+
+LIKE_AND_JAXTYPING = """\
+from typing import Annotated, Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+from jaxtyping import Array, Float32
+
+import ppy
+
+
+def example_params():
+    return {"w": jnp.zeros((8, 4), jnp.float32), "b": jnp.zeros((4,), jnp.float32)}
+
+
+@jax.jit
+def step(
+    params: Annotated[Any, ppy.Like(example_params), ppy.Sharding()],
+    x: Annotated[Float32[Array, "8 8"], ppy.Sharding("data")],
+) -> jax.Array:
+    return jnp.tanh(x @ params["w"] + params["b"])
+
+
+mesh = jax.make_mesh((4,), ("data",))
+rng = np.random.default_rng(2)
+params = {"w": rng.normal(size=(8, 4)).astype(np.float32), "b": np.ones(4, np.float32)}
+params = jax.device_put(params, NamedSharding(mesh, P()))
+x = jax.device_put(rng.normal(size=(8, 8)).astype(np.float32), NamedSharding(mesh, P("data")))
+y = step(params, x)
+print(y.sharding.spec, jax.typeof(y), np.round(np.asarray(y), 4).tolist())
+# P(None, None) is the replicated layout the description gives: staged.
+whole = jax.device_put(params["w"], NamedSharding(mesh, P(None, None)))
+print(step({"w": whole, "b": params["b"]}, x).sharding.spec)
+# A weight split where the description says replicated: the original path.
+split = jax.device_put(params["w"], NamedSharding(mesh, P("data")))
+print(step({"w": split, "b": params["b"]}, x).sharding.spec)
+"""
+
+
+def test_a_like_pytree_and_a_jaxtyping_array_carry_their_sharding(tmp_path: Path) -> None:
+    root = project(tmp_path / "p", {"model.ppy": LIKE_AND_JAXTYPING}, _mesh("{ data = 4 }"))
+    compared = differential(root, cache=tmp_path / "c", env=FOUR)
+    assert compared.bound() == {"step"} and compared.staged_calls("step") == 2
+    (fallback,) = compared.fallbacks()
+    assert fallback["category"] == "sharding"
+    assert "params['w'] is laid out as P('data',)" in str(fallback["reason"])
