@@ -179,6 +179,12 @@ def rows() -> list[Row]:
         Row("concurrency", "the lock held past `PPY_LOCK_TIMEOUT`", 1, "one clear error"),
         Row(
             "concurrency",
+            "`PPY_LOCK_TIMEOUT` not a number of seconds: " + ", ".join(concurrency.BAD_TIMEOUTS),
+            len(concurrency.BAD_TIMEOUTS),
+            "bad usage, exit 2; nothing built",
+        ),
+        Row(
+            "concurrency",
             "artifact rewrites while two threads read it",
             concurrency.REWRITES,
             "every read whole",
@@ -207,6 +213,12 @@ def rows() -> list[Row]:
             "an untrusted root: " + ", ".join(cache.UNTRUSTED_ROOTS),
             len(cache.UNTRUSTED_ROOTS),
             "the program's output, `cache.untrusted`; nothing written under it",
+        ),
+        Row(
+            "cache_trust",
+            "the cache path is a file",
+            1,
+            "the program's output; the file untouched; `ppy cache` says it is not used",
         ),
         Row(
             "cache_trust",

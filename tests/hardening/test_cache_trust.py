@@ -201,6 +201,23 @@ def test_an_untrusted_root_refuses_the_whole_tree(
     assert (run.returncode, run.stdout) == (0, plain), run.stderr
     assert "cache.untrusted" in run.stderr and "Traceback" not in run.stderr
     assert list(folder.iterdir()) == [], "nothing written under a refused root, unstaged/ included"
+    shown = ppy("cache", env={"PPY_CACHE_DIR": str(cache)})
+    assert shown.returncode == 0 and "so every run compiles in memory" in shown.stdout
+
+
+def test_a_cache_path_that_is_a_file_is_left_alone_and_ppy_cache_says_so(
+    jax_example: tuple[Path, str], tmp_path: Path
+) -> None:
+    root, plain = jax_example
+    cache = tmp_path / "cache"
+    cache.write_text("the user's notes")
+    run = ppy("run", "--no-build", str(root / "model.ppy"), env={"PPY_CACHE_DIR": str(cache)})
+    assert (run.returncode, run.stdout) == (0, plain), run.stderr
+    assert "cache.untrusted" in run.stderr and "Traceback" not in run.stderr
+    shown = ppy("cache", env={"PPY_CACHE_DIR": str(cache)})
+    assert shown.returncode == 0, shown.stderr
+    assert "not used: it is not a directory, so every run compiles in memory" in shown.stdout
+    assert cache.read_text() == "the user's notes"
 
 
 def test_cache_clear_removes_only_what_ppy_wrote(

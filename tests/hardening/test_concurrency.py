@@ -78,6 +78,22 @@ def test_a_build_that_waits_too_long_says_so(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr and not artifact.exists()
 
 
+#: ``PPY_LOCK_TIMEOUT`` values that are not a number of seconds ppy will wait.
+BAD_TIMEOUTS = ("abc", "-1", "inf", "nan", "1e9")
+
+
+@pytest.mark.parametrize("value", BAD_TIMEOUTS)
+def test_a_lock_timeout_that_is_not_a_number_of_seconds_is_bad_usage(
+    value: str, tmp_path: Path
+) -> None:
+    root = copy_example("40_xla_scalar", tmp_path)
+    result = ppy("build", str(root), env={"PPY_LOCK_TIMEOUT": value})
+    assert result.returncode == 2
+    assert f"ppy: error: PPY_LOCK_TIMEOUT={value!r} is not a number of seconds" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (root / ".ppy" / "artifact.ppyz").exists()
+
+
 def _hammer(write: object, read: object, rewrites: int) -> list[str]:
     """Run ``write(i)`` ``rewrites`` times in a thread while ``read()`` runs in two others."""
     done = threading.Event()

@@ -357,7 +357,11 @@ def render_cache_summary(cache: ExecutableCache | None = None) -> str:
     noun = "executable" if entries == 1 else "executables"
     unstaged, unstaged_total = cache.unstaged().stats()
     other = "computation" if unstaged == 1 else "computations"
-    return (
+    summary = (
         f"executable cache: {cache.directory}\n  {entries} staged {noun}, {human_size(total)}\n"
         f"  {unstaged} unstaged {other} (eager ops, fallbacks), {human_size(unstaged_total)}"
     )
+    why = cache.untrusted()
+    if why is not None:
+        summary += f"\n  not used: it {why}, so every run compiles in memory"
+    return summary

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
-from ppy.errors import PpyError
+from ppy.errors import PpyError, UsageError
 
 __all__ = ["DEFAULT_TIMEOUT", "LOCK_TIMEOUT_ENV", "LockTimeout", "build_lock", "lock_path"]
 
@@ -52,7 +52,7 @@ def _timeout() -> float:
     except ValueError:
         value = -1.0
     if not 0 <= value <= MAX_TIMEOUT:
-        raise PpyError(
+        raise UsageError(
             f"{LOCK_TIMEOUT_ENV}={raw!r} is not a number of seconds",
             remedy=f"set {LOCK_TIMEOUT_ENV} to a number from 0 to {MAX_TIMEOUT}, or unset it",
         )
