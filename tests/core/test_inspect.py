@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,11 @@ def _decision(qualname: str, outcome: Outcome, reason: str, remedy: str | None) 
 
 @pytest.fixture
 def artifact_path(tmp_path: Path) -> Path:
-    staged = _decision("score", Outcome.STAGED, "exported for cpu", None)
+    # A build settles a staged decision with its entry's signature.
+    staged = replace(
+        _decision("score", Outcome.STAGED, "exported for cpu", None),
+        signature="score(x: float32[B,4]) -> float32[B]",
+    )
     stays = _decision(
         "helper", Outcome.STAYS, "x has no shape annotation", "annotate x with ppy.Shape"
     )

@@ -130,6 +130,14 @@ def test_a_sharded_matmul_on_a_2x2_mesh(tmp_path: Path) -> None:
     # The quiet run loads both executables from the cache: were the device
     # order not in the key, "2x2 reversed" would print the first's devices.
     assert "first block on device 3" in compared.python.stdout
+    # The build line, a reusing build and ppy inspect show each input's layout.
+    signature = (
+        "project(x: float32[2*N@data,6], w: float32[6,4@model]) -> float32[2*N@data,4@model]"
+    )
+    rebuilt = run_ppy("build", cwd=root)
+    assert rebuilt.returncode == 0 and signature in rebuilt.stdout, rebuilt.stdout
+    shown = run_ppy("inspect", ".ppy/artifact.ppyz", cwd=root)
+    assert shown.returncode == 0 and signature in shown.stdout, shown.stdout
 
 
 def test_what_cannot_be_laid_out_over_the_mesh_stays_unstaged(tmp_path: Path) -> None:

@@ -182,13 +182,20 @@ def _decision_json(decision: Decision) -> dict[str, Any]:
     }
 
 
+def _manifest_spec(spec: TensorSpec) -> dict[str, Any]:
+    """A spec as format 1 writes it: dims and dtype. How a sharded export's
+    leaves are laid out is its payload's (the contract's variants and mesh);
+    the build line and the decision's signature show it."""
+    return replace(spec, sharding=None).to_json()
+
+
 def _entry_json(entry: Entry) -> dict[str, Any]:
     return {
         "module": entry.module,
         "qualname": entry.qualname,
         "kind": entry.kind,
-        "inputs": [s.to_json() for s in entry.inputs],
-        "outputs": [s.to_json() for s in entry.outputs],
+        "inputs": [_manifest_spec(s) for s in entry.inputs],
+        "outputs": [_manifest_spec(s) for s in entry.outputs],
         "platforms": list(entry.platforms),
         "members": [
             {

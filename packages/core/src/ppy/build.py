@@ -171,14 +171,17 @@ def _reuse(
         ):
             for decision, entry in zip(allowed, old, strict=True):
                 assert entry is not None and previous is not None
-                staged = _staging(previous.decision(decision.module, decision.qualname))
+                earlier = previous.decision(decision.module, decision.qualname)
+                staged = _staging(earlier)
                 how = f" ({staged.detail})" if staged else ""
                 reused = replace(decision, trail=(*decision.trail, *filter(None, [staged])))
                 reused = reused.settle(
                     Outcome.REUSED,
                     "reused",
                     f"unchanged since the last build; entry reused{how}",
-                    signature=entry.signature,
+                    # The signature the entry was staged with: it names the
+                    # layout of sharded inputs, which the manifest does not.
+                    signature=earlier.signature if earlier else entry.signature,
                 )
                 ledger.settle(reused, entry)
             log.info("build.reuse", plugin=plugin.name, module=module.name, functions=len(allowed))

@@ -60,7 +60,7 @@ def _lines(artifact: Artifact, path: Path) -> Iterator[str]:
         entry = by_key[item["module"], item["qualname"]]
         platforms = ", ".join(entry.platforms) or "no platform"
         yield f"  {entry.module}.{entry.qualname}  {entry.kind}  on {platforms}"
-        yield f"    {entry.signature}"
+        yield f"    {entry.decision.signature if entry.decision else entry.signature}"
         yield from _table(
             [(m["member"], f"{m['size']} bytes", f"sha256 {m['sha256']}") for m in item["members"]],
             indent="    ",

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import dataclasses
 import json
 import os
 import selectors
@@ -155,14 +154,12 @@ def _entry(target: StageTarget, qualname: str, message: Mapping[str, Any]) -> En
     payload = {k: base64.b64decode(v) for k, v in message["payload"].items()}
     contract = JaxExport.from_mapping(message["metadata"], payload)
     first = contract.variants[0]
-    # The manifest's signature is dims and dtypes; how a sharded export's
-    # leaves are laid out is the contract's (its variants' specs and mesh).
     return Entry(
         module=target.module.name,
         qualname=qualname,
         kind=JaxExport.KIND,
-        inputs=tuple(dataclasses.replace(s, sharding=None) for s in first.inputs),
-        outputs=tuple(dataclasses.replace(s, sharding=None) for s in first.outputs),
+        inputs=first.inputs,
+        outputs=first.outputs,
         platforms=tuple(message["platforms"]),
         payload=contract.to_payload(),
         metadata=contract.to_metadata(),
