@@ -3,9 +3,10 @@
 XLA presents this machine's CPU as four devices
 (``--xla_force_host_platform_device_count=4``). Each program runs under
 ``python`` and ``ppy run`` and must print the same, values, shapes and
-shardings alike; the calls whose inputs are laid out as the export's take
-the staged path, and every other layout takes the original's with a
-``run.fallback`` of category ``sharding``.
+shardings alike; the calls whose inputs are laid out as the export's (or
+left to jit, where the export replicates them) take the staged path, and
+every other layout takes the original's with a ``run.fallback`` of category
+``sharding``.
 """
 
 from __future__ import annotations
@@ -231,3 +232,71 @@ def test_a_like_pytree_and_a_jaxtyping_array_carry_their_sharding(tmp_path: Path
     (fallback,) = compared.fallbacks()
     assert fallback["category"] == "sharding"
     assert "params['w'] is laid out as P('data',)" in str(fallback["reason"])
+
+
+UNPLACED = """\
+from typing import Annotated
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import ppy
+
+F32 = ppy.DType("float32")
+Weights = Annotated[jax.Array, ppy.Shape(8, 3), F32]
+Batch = Annotated[jax.Array, ppy.Shape("4*B", 8), F32, ppy.Sharding("data")]
+Whole = Annotated[jax.Array, ppy.Shape(8, 3), F32, ppy.Sharding()]
+
+
+@jax.jit
+def predict(w: Weights, x: Batch) -> jax.Array:
+    return jnp.tanh(x @ w)
+
+
+@jax.jit
+def scale(w: Whole) -> jax.Array:
+    return w * 3.0
+
+
+def show(label, y):
+    print(label, y.shape, getattr(y.sharding, "spec", y.sharding), jax.typeof(y), y.committed)
+    print("  ", np.round(np.asarray(y), 4).tolist()[:2])
+
+
+def attempt(label, call):
+    try:
+        show(label, call())
+    except ValueError as error:
+        print(label, "refused:", str(error).splitlines()[0][:60])
+
+
+mesh = jax.make_mesh((4,), ("data",))
+rng = np.random.default_rng(3)
+w = rng.normal(size=(8, 3)).astype(np.float32)
+x = jax.device_put(rng.normal(size=(8, 8)).astype(np.float32), NamedSharding(mesh, P("data")))
+# Weights jax has not placed: jit replicates them over the batch's mesh.
+show("numpy weights", predict(w, x))
+show("jnp weights", predict(jnp.asarray(w), x))
+# Weights committed to one device: jit refuses the call, under python and ppy alike.
+attempt("weights on device 0", lambda: predict(jax.device_put(w, jax.devices()[0]), x))
+# No input on a mesh: the mesh the program set serves.
+attempt("no mesh", lambda: scale(w))
+with jax.set_mesh(mesh):
+    show("set_mesh numpy", scale(w))
+    show("set_mesh batch", predict(w, x))
+    show("set_mesh numpy batch", predict(w, np.asarray(x)))
+"""
+
+
+def test_unplaced_inputs_and_the_programs_mesh(tmp_path: Path) -> None:
+    root = project(tmp_path / "p", {"model.ppy": UNPLACED}, _mesh("{ data = 4 }"))
+    compared = differential(root, cache=tmp_path / "c", env=FOUR)
+    assert "refused" in compared.python.stdout
+    assert compared.staged_calls("predict") == 3 and compared.staged_calls("scale") == 1
+    reasons = {str(f["reason"]) for f in compared.fallbacks()}
+    assert {f["category"] for f in compared.fallbacks()} == {"sharding"}
+    assert any("w is committed to its devices (SingleDeviceSharding)" in r for r in reasons)
+    assert any("the program set none (jax.set_mesh)" in r for r in reasons), reasons
+    assert any("x is not laid out over a mesh (ndarray); it is staged as" in r for r in reasons)

@@ -306,6 +306,7 @@ class StagedFunction:
 
         call_tree = jax.tree_util.tree_structure((bound.args, bound.kwargs))
         devices = placed.devices if placed is not None else None
+        shape_of = functools.partial(_shape_of, mesh=placed.mesh if placed is not None else None)
         key = (bound.static, call_tree, signature, devices)
         call = self.executables.get(key)
         if call is not None:
@@ -317,8 +318,8 @@ class StagedFunction:
             in_tree=call_tree,
             out_tree=out_tree,
             signature=signature,
-            args=jax.tree_util.tree_map(_shape_of, given[0]),
-            kwargs=jax.tree_util.tree_map(_shape_of, given[1]),
+            args=jax.tree_util.tree_map(shape_of, given[0]),
+            kwargs=jax.tree_util.tree_map(shape_of, given[1]),
             placed=placed,
         )
         try:
@@ -353,14 +354,18 @@ class Route:
     kwargs: dict[str, Any]
 
 
-def _shape_of(leaf: Any) -> Any:
+def _shape_of(leaf: Any, *, mesh: Any = None) -> Any:
     """An array leaf as jit lowers it: its shape and dtype, and its sharding
-    where it is laid out over a mesh; anything else as it is."""
+    where it is laid out over a mesh; anything else as it is. On a ``mesh``,
+    an array that is not laid out over it is replicated over it, as jit
+    lays out an uncommitted input (``Placement.check`` lets no other through)."""
     import jax
-    from jax.sharding import NamedSharding
+    from jax.sharding import NamedSharding, PartitionSpec
 
     if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
         sharding = getattr(leaf, "sharding", None)
+        if not isinstance(sharding, NamedSharding) and mesh is not None:
+            sharding = NamedSharding(mesh, PartitionSpec())
         if isinstance(sharding, NamedSharding):
             return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)  # type: ignore[no-untyped-call]
         return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype)  # type: ignore[no-untyped-call]

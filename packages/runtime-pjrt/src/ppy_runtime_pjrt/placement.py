@@ -2,13 +2,19 @@
 
 A sharded export was made over an abstract mesh (``ppy.spec.MeshSpec``:
 axis names, sizes and types). It runs on the program's own
-``jax.sharding.Mesh``, which the call's inputs carry in their shardings. A
-call takes the staged path only when every input is laid out over one mesh
-of those names, sizes and types, each as the export's ``PartitionSpec``
-says: then the compiled program is the one ``jax.jit`` would have compiled
-for these inputs. Anything else (a NumPy array, an array on one device,
-another mesh, another spec) goes to the original with a ``Fallback`` of
-category ``sharding``, where jit lays it out as it always does.
+``jax.sharding.Mesh``: the one the call's inputs carry in their shardings,
+else the one the program set (``jax.set_mesh``). A call takes the staged
+path only when every input is laid out over that mesh, of those names,
+sizes and types, as the export's ``PartitionSpec`` says: then the compiled
+program is the one ``jax.jit`` would have compiled for these inputs.
+
+An input jax has not committed to a device (a NumPy array, ``jnp.ones``)
+is laid out by jit, replicated over the mesh when its axes are explicit;
+it fits an input the export replicates. Anything else (an array committed
+to one device, another mesh, another spec, an unplaced input where the
+export splits it or where the axes are auto) goes to the original with a
+``Fallback`` of category ``sharding``, where jit lays it out as it always
+does, or refuses it as it always would.
 
 Which devices, in which order, is part of an executable: ``Placed.devices``
 goes into its cache key, and into what it is loaded onto.
@@ -68,37 +74,88 @@ class Placement:
 
     def check(self, leaves: Sequence[Any]) -> Placed | Fallback:
         """The mesh the leaves are laid out over, or why they do not fit the export."""
-        from jax.sharding import NamedSharding
-
-        mesh = None
+        if not leaves:  # the export alone would say where it runs
+            return Fallback("sharding", "a sharded function with no inputs has no mesh to run on")
+        mesh = _mesh_of(leaves)
+        if isinstance(mesh, Fallback):
+            return mesh
+        if mesh is None:
+            return Fallback(
+                "sharding",
+                "no input is laid out over a mesh and the program set none (jax.set_mesh); "
+                f"the export runs over {self.mesh}",
+            )
+        found = _axes(mesh)
+        if found != self.mesh:
+            return Fallback(
+                "sharding",
+                f"the inputs are laid out over a mesh of {found}; the export's is {self.mesh}",
+            )
+        explicit = all(t == "explicit" for t in self.mesh.types)
         for index, (leaf, spec, expected) in enumerate(
             zip(leaves, self.inputs, self.specs, strict=True)
         ):
             name = spec.name or f"argument {index}"
-            sharding = getattr(leaf, "sharding", None)
-            if not isinstance(sharding, NamedSharding):
-                what = type(leaf).__name__ if sharding is None else type(sharding).__name__
-                return Fallback(
-                    "sharding",
-                    f"{name} is not laid out over a mesh ({what}); it is staged as {spec} "
-                    f"over {self.mesh}",
-                )
-            if mesh is None:
-                mesh = sharding.mesh
-                found = _axes(mesh)
-                if found != self.mesh:
+            sharding = _named(leaf)
+            if sharding is None:
+                if not _uncommitted(leaf):
+                    where = type(getattr(leaf, "sharding", None)).__name__
                     return Fallback(
                         "sharding",
-                        f"{name} is laid out over a mesh of {found}; the export's is {self.mesh}",
+                        f"{name} is committed to its devices ({where}), not laid out over "
+                        f"the mesh; it is staged as {spec} over {self.mesh}",
                     )
-            elif sharding.mesh != mesh:
-                return Fallback("sharding", f"{name} is on another mesh than the inputs before it")
-            if _normal(tuple(sharding.spec)) != expected:
+                if expected or not explicit:
+                    why = (
+                        f"it is staged as {spec}"
+                        if expected
+                        else "over auto axes jit lays it out as it chooses"
+                    )
+                    return Fallback(
+                        "sharding",
+                        f"{name} is not laid out over a mesh ({type(leaf).__name__}); {why} "
+                        f"over {self.mesh}",
+                    )
+            elif _normal(tuple(sharding.spec)) != expected:
                 return Fallback(
                     "sharding",
                     f"{name} is laid out as {sharding.spec}; it is staged as {spec} "
                     f"over {self.mesh}",
                 )
-        if mesh is None:  # no inputs: the export alone says where it runs
-            return Fallback("sharding", "a sharded function with no inputs has no mesh to run on")
         return Placed(mesh, tuple(mesh.devices.flat))
+
+
+def _named(leaf: Any) -> Any:
+    """The leaf's ``NamedSharding``, or None."""
+    from jax.sharding import NamedSharding
+
+    sharding = getattr(leaf, "sharding", None)
+    return sharding if isinstance(sharding, NamedSharding) else None
+
+
+def _uncommitted(leaf: Any) -> bool:
+    """Whether jit may place the leaf where it likes: host data, or a jax
+    array jax has not committed to a device."""
+    return getattr(leaf, "sharding", None) is None or getattr(leaf, "committed", True) is False
+
+
+def _mesh_of(leaves: Sequence[Any]) -> Any | Fallback:
+    """The one mesh the leaves are laid out over, else the program's mesh
+    (``jax.set_mesh``), else None; a Fallback where they disagree, as jit
+    refuses such a call."""
+    import jax
+
+    mesh = None
+    for sharding in filter(None, map(_named, leaves)):
+        if mesh is None:
+            mesh = sharding.mesh
+        elif sharding.mesh != mesh:
+            return Fallback("sharding", "the inputs are laid out over different meshes")
+    context = jax.sharding.get_mesh()
+    if not context.axis_names:
+        return mesh
+    if mesh is not None and mesh != context:
+        return Fallback(
+            "sharding", "the inputs are laid out over another mesh than the program set"
+        )
+    return context
