@@ -287,6 +287,8 @@ with jax.set_mesh(mesh):
     show("set_mesh numpy", scale(w))
     show("set_mesh batch", predict(w, x))
     show("set_mesh numpy batch", predict(w, np.asarray(x)))
+# Out of the mesh's context again, as jit: on one device.
+show("no mesh again", scale(w))
 """
 
 
