@@ -281,6 +281,10 @@ show("numpy weights", predict(w, x))
 show("jnp weights", predict(jnp.asarray(w), x))
 # Weights committed to one device: jit refuses the call, under python and ppy alike.
 attempt("weights on device 0", lambda: predict(jax.device_put(w, jax.devices()[0]), x))
+# Weights in host memory: jit keeps them there; the export takes device memory.
+pinned = NamedSharding(mesh, P(), memory_kind="pinned_host")
+y = scale(jax.device_put(w, pinned))
+print("pinned weights", y.sharding.memory_kind, np.round(np.asarray(y), 4).tolist()[:1])
 # No input on a mesh: the mesh the program set serves.
 attempt("no mesh", lambda: scale(w))
 with jax.set_mesh(mesh):
@@ -300,5 +304,7 @@ def test_unplaced_inputs_and_the_programs_mesh(tmp_path: Path) -> None:
     reasons = {str(f["reason"]) for f in compared.fallbacks()}
     assert {f["category"] for f in compared.fallbacks()} == {"sharding"}
     assert any("w is committed to its devices (SingleDeviceSharding)" in r for r in reasons)
+    assert "pinned weights pinned_host" in compared.python.stdout
+    assert "w is in pinned_host memory; the export runs on the devices' own (device)" in reasons
     assert any("the program set none (jax.set_mesh)" in r for r in reasons), reasons
     assert any("x is not laid out over a mesh (ndarray); it is staged as" in r for r in reasons)

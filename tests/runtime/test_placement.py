@@ -78,3 +78,13 @@ def test_inputs_on_another_mesh_than_the_programs_take_the_original_path() -> No
         verdict = placement.check([W_VALUE, _on(mesh, X_VALUE, "data")])
     assert isinstance(verdict, Fallback)
     assert verdict.detail == "the inputs are laid out over another mesh than the program set"
+
+
+def test_an_input_in_host_memory_takes_the_original_path() -> None:
+    placement, mesh = _placement("explicit")
+    pinned = NamedSharding(mesh, PartitionSpec("data"), memory_kind="pinned_host")
+    verdict = placement.check([W_VALUE, jax.device_put(X_VALUE, pinned)])
+    assert isinstance(verdict, Fallback) and verdict.category == "sharding"
+    assert (
+        verdict.detail == "x is in pinned_host memory; the export runs on the devices' own (device)"
+    )

@@ -8,6 +8,9 @@ path only when every input is laid out over that mesh, of those names,
 sizes and types, as the export's ``PartitionSpec`` says: then the compiled
 program is the one ``jax.jit`` would have compiled for these inputs.
 
+An input in another memory than the devices' own (``pinned_host``) goes
+to the original too: the compiled program takes its inputs in device memory.
+
 An input jax has not committed to a device (a NumPy array, ``jnp.ones``)
 is laid out by jit, replicated over the mesh when its axes are explicit;
 it fits an input the export replicates. Anything else (an array committed
@@ -92,6 +95,7 @@ class Placement:
                 f"the inputs are laid out over a mesh of {found}; the export's is {self.mesh}",
             )
         explicit = all(t == "explicit" for t in self.mesh.types)
+        memory = mesh.devices.flat[0].default_memory().kind
         for index, (leaf, spec, expected) in enumerate(
             zip(leaves, self.inputs, self.specs, strict=True)
         ):
@@ -121,6 +125,12 @@ class Placement:
                     "sharding",
                     f"{name} is laid out as {sharding.spec}; it is staged as {spec} "
                     f"over {self.mesh}",
+                )
+            elif sharding.memory_kind not in (None, memory):
+                return Fallback(
+                    "sharding",
+                    f"{name} is in {sharding.memory_kind} memory; the export runs on the "
+                    f"devices' own ({memory})",
                 )
         return Placed(mesh, tuple(mesh.devices.flat))
 
