@@ -8,16 +8,14 @@ path only when every input is laid out over that mesh, of those names,
 sizes and types, as the export's ``PartitionSpec`` says: then the compiled
 program is the one ``jax.jit`` would have compiled for these inputs.
 
-An input in another memory than the devices' own (``pinned_host``) goes
-to the original too: the compiled program takes its inputs in device memory.
-
 An input jax has not committed to a device (a NumPy array, ``jnp.ones``)
 is laid out by jit, replicated over the mesh when its axes are explicit;
 it fits an input the export replicates. Anything else (an array committed
-to one device, another mesh, another spec, an unplaced input where the
-export splits it or where the axes are auto) goes to the original with a
-``Fallback`` of category ``sharding``, where jit lays it out as it always
-does, or refuses it as it always would.
+to one device, another mesh, another spec, host memory such as
+``pinned_host``, an unplaced input where the export splits it or where the
+axes are auto) goes to the original with a ``Fallback`` of category
+``sharding``, where jit lays it out as it always does, or refuses it as it
+always would.
 
 Which devices, in which order, is part of an executable: ``Placed.devices``
 goes into its cache key, and into what it is loaded onto.
