@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ppy.artifact import (
+from ppy.artifact.archive import (
     FORMAT,
     FORMAT_VERSION,
     MANIFEST,
@@ -30,8 +30,8 @@ from ppy.artifact import (
     read_artifact,
     write_artifact,
 )
+from ppy.artifact.entry import Entry
 from ppy.decision import Check, Decision, Outcome
-from ppy.entry import Entry
 from ppy.errors import ArtifactError
 from ppy.spec import TensorSpec
 

@@ -8,9 +8,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from ppy.discovery import discover_module, discover_source
+from ppy.discovery.reader import discover_module, discover_source
+from ppy.discovery.records import ArraySpec, FunctionInfo, ModuleInfo
 from ppy.layout import find_sources, module_name
-from ppy.source import ArraySpec, FunctionInfo, ModuleInfo
 
 
 def discover(text: str, path: str = "model.ppy") -> ModuleInfo:

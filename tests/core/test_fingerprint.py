@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import numpy as np
 import pytest
-from ppy.fingerprint import Unreadable, fingerprint, resolve
+from ppy.kinds.fingerprint import Unreadable, fingerprint, resolve
 
 
 class Pair(NamedTuple):

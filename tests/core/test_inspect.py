@@ -9,10 +9,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from ppy.artifact import MANIFEST, Artifact, ModuleRecord, read_artifact, write_artifact
+from ppy.artifact.archive import MANIFEST, Artifact, ModuleRecord, read_artifact, write_artifact
+from ppy.artifact.entry import Entry
+from ppy.cli.inspection import render_text, to_json
 from ppy.decision import Decision, Outcome
-from ppy.entry import Entry
-from ppy.inspect import render_text, to_json
 from ppy.spec import TensorSpec
 
 EXPORT = b"\x00serialized export\xff" * 50

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ppy.jax_window import outside_window
+from ppy.kinds.jax_compat import outside_window
 
 
 @pytest.mark.parametrize(

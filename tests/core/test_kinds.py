@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ppy.artifact import Artifact, ModuleRecord, read_artifact, write_artifact
-from ppy.entry import Entry
-from ppy.kinds import Captured, JaxExport, KindError, Variant, XlaScalar
+from ppy.artifact.archive import Artifact, ModuleRecord, read_artifact, write_artifact
+from ppy.artifact.entry import Entry
+from ppy.kinds.entries import Captured, JaxExport, KindError, Variant, XlaScalar
 from ppy.spec import MeshSpec, TensorSpec
 
 PACKAGES = Path(__file__).resolve().parents[2] / "packages"

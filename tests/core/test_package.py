@@ -76,3 +76,55 @@ def test_a_ppy_program_imports_a_ppy_module_beside_it(tmp_path: Path) -> None:
         [sys.executable, "main.ppy"], cwd=tmp_path, capture_output=True, text=True, check=True
     )
     assert out.stdout == "42 True\n"
+
+
+#: Each pre-0.2 import path a plugin could use, with one name it offered.
+OLD_PATHS = {
+    "ppy.artifact": "read_artifact",
+    "ppy.discovery": "discover_source",
+    "ppy.kinds": "JaxExport",
+    "ppy.build": "build_project",
+    "ppy.cli": "main",
+    "ppy.entry": "Entry",
+    "ppy.source": "FunctionInfo",
+    "ppy.pytrees": "structure",
+    "ppy.fingerprint": "fingerprint",
+    "ppy.jax_config": "differences",
+    "ppy.jax_window": "outside_window",
+}
+
+
+@pytest.mark.parametrize(("path", "name"), sorted(OLD_PATHS.items()))
+def test_an_old_import_path_still_gives_the_same_object(path: str, name: str) -> None:
+    """Plugins written before the rooms keep working for one release."""
+    code = textwrap.dedent(
+        f"""
+        import importlib
+        old = getattr(importlib.import_module({path!r}), {name!r})
+        print(old.__module__ if hasattr(old, "__module__") else "", old is getattr(
+            importlib.import_module(old.__module__), {name!r}, None))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    module, same = out.stdout.split()
+    assert module.startswith("ppy.") and module != path and same == "True"
+
+
+def test_an_old_path_offers_only_its_old_names() -> None:
+    import ppy.artifact
+
+    with pytest.raises(AttributeError, match="has no attribute 'Entry'"):
+        _ = ppy.artifact.Entry  # type: ignore[attr-defined]
+
+
+def test_the_rooms_import_nothing_of_their_own() -> None:
+    """Importing a room costs nothing until one of its modules is used."""
+    rooms = ("artifact", "build", "cli", "discovery", "kinds", "run")
+    code = (
+        "import ppy, sys; before = set(sys.modules)\n"
+        f"for room in {rooms!r}: __import__('ppy.' + room)\n"
+        "print(sorted(set(sys.modules) - before))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(sorted({"ppy._moved"} | {f"ppy.{room}" for room in rooms}))

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ppy.artifact.entry import Entry
 from ppy.config import Config, load_config
 from ppy.decision import Check, Decision, Outcome
-from ppy.discovery import discover_source
-from ppy.entry import Entry
+from ppy.discovery.reader import discover_source
+from ppy.discovery.records import FunctionInfo, ModuleInfo
 from ppy.plugin import Plugin, Requirements, StageFailure, StageRequest
 from ppy.policy import RULES, decide, decide_module, stageable_decorator
-from ppy.source import FunctionInfo, ModuleInfo
 
 JAX_NO_VJP = "a serialized export carries no VJP"
 

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from ppy.artifact import dumps, read_artifact
+from ppy.artifact.archive import dumps, read_artifact
 
 from tests.conftest import run_ppy as ppy  # noqa: F401 - the name the suites import
 
@@ -39,7 +39,7 @@ def copy_example(name: str, target: Path) -> Path:
 @functools.lru_cache(maxsize=1)
 def real_artifact() -> bytes:
     """The bytes of a real artifact: the xla example's, from a real build."""
-    from ppy.build import build
+    from ppy.build.pipeline import build
 
     with tempfile.TemporaryDirectory(prefix="ppy-hardening-") as tmp:
         project = copy_example("40_xla_scalar", Path(tmp))

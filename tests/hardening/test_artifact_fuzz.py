@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ppy.artifact import MANIFEST, Artifact, loads
+from ppy.artifact.archive import MANIFEST, Artifact, loads
 from ppy.errors import ArtifactError
 
 from tests.hardening.support import real_artifact

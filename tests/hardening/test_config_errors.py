@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ppy.cli import main
+from ppy.cli.main import main
 
 HEAD = '[project]\nname = "broken"\n\n'
 ALLOW = '[tool.ppy]\nbuild-execution = "allow"\n\n'

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ppy.cli import main
+from ppy.cli.main import main
 from ppy.config import ALLOWED_KEYS
 from ppy_plugin_jax.plugin import SETTINGS as JAX_SETTINGS
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from ppy.artifact import (
+from ppy.artifact.archive import (
     FORMAT_VERSION,
     MANIFEST,
     MANIFEST_SIZE_LIMIT,

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from ppy.artifact import read_artifact, write_artifact
+from ppy.artifact.archive import read_artifact, write_artifact
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
 

@@ -9,10 +9,10 @@ import textwrap
 from importlib import metadata
 
 import pytest
-from ppy.discovery import discover_source
+from ppy.discovery.reader import discover_source
+from ppy.discovery.records import FunctionInfo
 from ppy.errors import ConfigError
 from ppy.plugin import Plugin
-from ppy.source import FunctionInfo
 from ppy_plugin_jax.plugin import JaxExportPlugin
 from ppy_plugin_jax.process import worker_environment
 

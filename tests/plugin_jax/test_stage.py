@@ -14,9 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import export
-from ppy.discovery import discover_module
-from ppy.entry import Entry
-from ppy.kinds import JaxExport
+from ppy.artifact.entry import Entry
+from ppy.discovery.reader import discover_module
+from ppy.kinds.entries import JaxExport
 from ppy.plugin import StageFailure, StageRequest, StageTarget
 from ppy_plugin_jax.plugin import JaxExportPlugin
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import jax
 import jaxlib
-from ppy.entry import Entry
-from ppy.kinds import JaxExport, Variant
-from ppy.pytrees import recipe, structure
+from ppy.artifact.entry import Entry
+from ppy.kinds.entries import JaxExport, Variant
+from ppy.kinds.pytrees import recipe, structure
 from ppy.spec import Dim, TensorSpec
 
 

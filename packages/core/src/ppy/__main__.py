@@ -1,5 +1,5 @@
 """``python -m ppy``: the same as the ``ppy`` command."""
 
-from ppy.cli import main
+from ppy.cli.main import main
 
 raise SystemExit(main())

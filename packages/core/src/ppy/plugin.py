@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     # Annotations only: ``ppy run`` imports this module to check plugin
     # fingerprints at every start, and the source records are not needed.
+    from ppy.artifact.entry import Entry
     from ppy.decision import Check
-    from ppy.entry import Entry
-    from ppy.source import FunctionInfo, ModuleInfo
+    from ppy.discovery.records import FunctionInfo, ModuleInfo
 
 __all__ = [
     "KNOWN_DECORATORS",

@@ -15,8 +15,8 @@ from typing import Any, Final
 
 from ppy.config import Config, remedy_for
 from ppy.decision import Check, Decision, Outcome
+from ppy.discovery.records import ArraySpec, FunctionInfo, ModuleInfo, Parameter
 from ppy.plugin import KNOWN_DECORATORS, Plugin
-from ppy.source import ArraySpec, FunctionInfo, ModuleInfo, Parameter
 from ppy.spec import TensorSpec, format_signature
 
 __all__ = ["RULES", "decide", "decide_module", "signature", "stageable_decorator"]

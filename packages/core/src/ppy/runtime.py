@@ -20,13 +20,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-from ppy.entry import Entry
+from ppy.artifact.entry import Entry
 
 __all__ = ["ORIGINAL", "NotBound", "Runtime"]
 
 #: The attribute a runtime sets on each callable it binds, holding the
 #: original: what the program reaches under that name stands in for it
-#: (``ppy.fingerprint`` follows it to the code the build traced).
+#: (``ppy.kinds.fingerprint`` follows it to the code the build traced).
 ORIGINAL = "__ppy_original__"
 
 

@@ -4,7 +4,7 @@ A trace reads module globals: directly (``W``), through a project module
 (``helper.K``), and through the project functions it calls, which read their
 own. Each is baked into the export as the value it had at build time, so
 each is recorded here as a ``ppy.kinds.Captured``: the path from the staged
-function to the value, and the value's fingerprint (``ppy.fingerprint``). The runtime
+function to the value, and the value's fingerprint (``ppy.kinds.fingerprint``). The runtime
 follows the same path in the running program and compares.
 
 The paths come from the bytecode: every global a function loads
@@ -35,8 +35,8 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ppy.fingerprint import DEFAULTS, Unreadable, defaults, fingerprint, python_function
-from ppy.kinds import Captured
+from ppy.kinds.entries import Captured
+from ppy.kinds.fingerprint import DEFAULTS, Unreadable, defaults, fingerprint, python_function
 
 __all__ = ["Refused", "captures"]
 

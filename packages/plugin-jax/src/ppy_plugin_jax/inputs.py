@@ -1,7 +1,7 @@
 """What a staged function's inputs look like, as abstract values the export traces with.
 
 Discovery reads each parameter's description from the source
-(``ppy.source.Parameter``); ``describe`` turns it into JSON for the worker,
+(``ppy.discovery.records.Parameter``); ``describe`` turns it into JSON for the worker,
 and the worker turns that into an abstract value (``abstract``): a
 ``jax.ShapeDtypeStruct`` for an array, or a pytree of them:
 
@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ppy.source import ClassInfo, Parameter
+from ppy.discovery.records import ClassInfo, Parameter
 from ppy.spec import Axis
 
 __all__ = ["Abstract", "Undescribed", "abstract", "describe"]
@@ -202,6 +202,6 @@ class _Builder:
 
 @lru_cache(maxsize=64)
 def _classes(root: str, path: str) -> dict[str, ClassInfo]:
-    from ppy.discovery import discover_module
+    from ppy.discovery.reader import discover_module
 
     return discover_module(Path(root), Path(path)).classes

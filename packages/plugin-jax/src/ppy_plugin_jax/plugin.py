@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 from ppy.config import Setting, validate_table
 from ppy.decision import Check
-from ppy.fingerprint import DEFAULT_LIMIT
-from ppy.kinds import JaxExport
+from ppy.kinds.entries import JaxExport
+from ppy.kinds.fingerprint import DEFAULT_LIMIT
 from ppy.plugin import Requirements
 from ppy.spec import AXIS_TYPES, MeshSpec
 
 if TYPE_CHECKING:
-    from ppy.entry import Entry
+    from ppy.artifact.entry import Entry
+    from ppy.discovery.records import FunctionInfo, ModuleInfo
     from ppy.plugin import StageFailure, StageRequest
-    from ppy.source import FunctionInfo, ModuleInfo
 
 __all__ = ["PLATFORMS", "SETTINGS", "JaxExportPlugin"]
 

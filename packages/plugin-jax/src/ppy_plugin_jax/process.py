@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from ppy.entry import Entry
-from ppy.fingerprint import DEFAULT_LIMIT
-from ppy.kinds import JaxExport
+from ppy.artifact.entry import Entry
+from ppy.kinds.entries import JaxExport
+from ppy.kinds.fingerprint import DEFAULT_LIMIT
 from ppy.plugin import StageFailure, StageRequest, StageTarget
 from ppy.spec import MeshSpec
 

@@ -212,7 +212,7 @@ class _Inputs:
     specs: list[dict[str, Any]]
     leaves: list[Any]
     tree: Any
-    #: ``ppy.pytrees.structure`` of ``tree``.
+    #: ``ppy.kinds.pytrees.structure`` of ``tree``.
     digest: str
     #: The mesh the leaves are laid out over, or None for one device.
     mesh: MeshSpec | None = None
@@ -222,8 +222,8 @@ def _inputs(
     fn: Any, module: Any, params: list[Mapping[str, Any]], request: Mapping[str, Any]
 ) -> _Inputs:
     import jax
-    from ppy.fingerprint import Unreadable, python_function
-    from ppy.pytrees import structure
+    from ppy.kinds.fingerprint import Unreadable, python_function
+    from ppy.kinds.pytrees import structure
     from ppy.spec import MeshSpec
 
     from ppy_plugin_jax.inputs import Undescribed, abstract
@@ -281,8 +281,8 @@ def _export_variants(
 ) -> dict[str, Any]:
     import jax
     from jax._src import config as jax_config
-    from ppy.jax_config import read as read_config
-    from ppy.kinds import JaxExport
+    from ppy.kinds.entries import JaxExport
+    from ppy.kinds.trace_config import read as read_config
 
     fn: Any = module
     for part in function["qualname"].split("."):
@@ -325,8 +325,8 @@ def _variant(
     """The export for one value of each static parameter, and its platforms."""
     import jax
     from jax import export
-    from ppy.kinds import Variant
-    from ppy.pytrees import Unrebuildable, recipe
+    from ppy.kinds.entries import Variant
+    from ppy.kinds.pytrees import Unrebuildable, recipe
     from ppy.spec import TensorSpec
 
     from ppy_plugin_jax.mesh import out_shardings, spec_of

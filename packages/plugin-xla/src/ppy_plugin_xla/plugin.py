@@ -14,12 +14,12 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
+from ppy.artifact.entry import Entry
 from ppy.decision import Check
-from ppy.entry import Entry
+from ppy.discovery.records import FunctionInfo, ModuleInfo
 from ppy.errors import ConfigError
-from ppy.kinds import SCALAR_DTYPES, XlaScalar
+from ppy.kinds.entries import SCALAR_DTYPES, XlaScalar
 from ppy.plugin import Requirements, StageFailure, StageRequest
-from ppy.source import FunctionInfo, ModuleInfo
 from ppy.spec import TensorSpec
 
 from ppy_plugin_xla import __version__

@@ -113,7 +113,7 @@ def _versions() -> tuple[tuple[str, str], ...]:
 class Shaped:
     """What one executable is for: a call's structure and its leaves' shapes."""
 
-    #: ``ppy.pytrees.structure`` of the call's non-static (args, kwargs).
+    #: ``ppy.kinds.pytrees.structure`` of the call's non-static (args, kwargs).
     structure: str
     #: The tree of the non-static (args, kwargs): what the executable takes.
     in_tree: Any

@@ -22,9 +22,9 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from ppy.fingerprint import Unreadable, fingerprint, resolve
-from ppy.jax_config import differences
-from ppy.kinds import Captured
+from ppy.kinds.entries import Captured
+from ppy.kinds.fingerprint import Unreadable, fingerprint, resolve
+from ppy.kinds.trace_config import differences
 
 from ppy_runtime_pjrt.guard import Fallback
 

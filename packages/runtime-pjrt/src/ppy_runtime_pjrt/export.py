@@ -24,11 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ppy.entry import Entry
-from ppy.fingerprint import Unreadable, python_function
-from ppy.jax_window import outside_window
-from ppy.kinds import JaxExport, KindError, Variant
-from ppy.pytrees import Unrebuildable, rebuild, structure
+from ppy.artifact.entry import Entry
+from ppy.kinds.entries import JaxExport, KindError, Variant
+from ppy.kinds.fingerprint import Unreadable, python_function
+from ppy.kinds.jax_compat import outside_window
+from ppy.kinds.pytrees import Unrebuildable, rebuild, structure
 from ppy.runtime import ORIGINAL, NotBound
 
 from ppy_runtime_pjrt import unstaged
@@ -72,7 +72,7 @@ class CallStats:
 class Staged:
     """One variant of an entry in this process: its export, guard and executables.
 
-    ``variant.in_tree`` is the build's ``ppy.pytrees.structure`` of the
+    ``variant.in_tree`` is the build's ``ppy.kinds.pytrees.structure`` of the
     traced parameters; ``trees`` holds each call structure that matched it,
     with the output tree it gives, so the digest is computed once per
     structure.

@@ -16,8 +16,8 @@ import functools
 from collections.abc import Callable
 from typing import Any, cast
 
-from ppy.entry import Entry
-from ppy.kinds import INT64_MAX, INT64_MIN, MIN_NORMAL_FLOAT64, KindError, XlaScalar
+from ppy.artifact.entry import Entry
+from ppy.kinds.entries import INT64_MAX, INT64_MIN, MIN_NORMAL_FLOAT64, KindError, XlaScalar
 from ppy.runtime import NotBound
 
 __all__ = ["LoggedScalar", "ScalarRuntime", "StagedScalar"]

@@ -17,7 +17,7 @@ when its module's source changed since the build, when no runtime is
 installed for its kind, or when the runtime raises ``NotBound``.
 
 This module does not import jax: the runtimes do, when they bind.
-``ppy.program`` runs the program itself with a ``Binder``.
+``ppy.run.program`` runs the program itself with a ``Binder``.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from ppy._hook import PpyFinder, find_ppy_source
 from ppy.runtime import NotBound, Runtime
 
 if TYPE_CHECKING:
-    from ppy.artifact import Artifact
-    from ppy.entry import Entry
+    from ppy.artifact.archive import Artifact
+    from ppy.artifact.entry import Entry
 
 __all__ = ["BIND_NAME", "Binder", "BindingFinder", "bind_source", "module_name"]
 

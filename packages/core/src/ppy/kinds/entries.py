@@ -1,6 +1,6 @@
 """The entry kinds ppy ships: what a plugin writes and a runtime reads, in one place.
 
-An artifact entry is generic (``ppy.entry.Entry``: a kind, payload bytes, a
+An artifact entry is generic (``ppy.artifact.entry.Entry``: a kind, payload bytes, a
 JSON metadata mapping), so that a third party's kind needs nothing from core.
 The two kinds ppy's own plugins write, ``jax.export`` and ``xla.scalar``, are
 contracts between a plugin and a runtime that never import each other; each
@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
-from ppy.entry import Entry
+from ppy.artifact.entry import Entry
 from ppy.spec import MeshSpec, TensorSpec
 
 __all__ = [
@@ -262,11 +262,11 @@ class XlaScalar:
 class Captured:
     """A value the export's trace read from the program, as it was at build time."""
 
-    #: How to reach it from the staged function (``ppy.fingerprint.resolve``).
+    #: How to reach it from the staged function (``ppy.kinds.fingerprint.resolve``).
     path: tuple[str, ...]
     #: What to call it: ``helper.K``.
     name: str
-    #: ``ppy.fingerprint.fingerprint`` of the value.
+    #: ``ppy.kinds.fingerprint.fingerprint`` of the value.
     fingerprint: str
 
     def to_json(self) -> dict[str, Any]:
@@ -280,9 +280,9 @@ class Variant:
 
     The export is flat: it takes the leaves of the traced parameters'
     pytrees, in order, as positional arrays, and returns the leaves of the
-    output. ``in_tree`` is the ``ppy.pytrees.structure`` of the traced
+    output. ``in_tree`` is the ``ppy.kinds.pytrees.structure`` of the traced
     parameters (a tuple of them, in signature order) and ``out_tree`` the
-    ``ppy.pytrees.recipe`` of the output.
+    ``ppy.kinds.pytrees.recipe`` of the output.
     """
 
     #: Static parameter name -> its value (a JSON literal).

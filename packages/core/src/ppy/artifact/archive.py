@@ -36,8 +36,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, NoReturn
 
+from ppy.artifact.entry import Entry
 from ppy.decision import Check, Decision, Outcome
-from ppy.entry import Entry
 from ppy.errors import ArtifactError
 from ppy.spec import TensorSpec
 

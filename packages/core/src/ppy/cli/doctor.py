@@ -5,12 +5,12 @@ rebuilt before the program starts), and loads each staged function's
 executable from the per-user cache or compiles it. Each of those can be the
 slow part, and each is checked here without importing jax in this process:
 
-- ``import jax`` is timed in a fresh interpreter (``ppy.importtime``);
+- ``import jax`` is timed in a fresh interpreter (``ppy.cli.importtime``);
 - installed versions known to be slow (``SLOW_VERSIONS``) are found from
   package metadata, with a remedy that ppy only suggests: it never changes
   what is installed;
 - the artifact's freshness is decided by the rule ``ppy run`` applies
-  (``ppy.freshness.staleness``): a stale one costs the next run a build;
+  (``ppy.build.freshness.staleness``): a stale one costs the next run a build;
 - the executable cache is counted. Whether it holds this program's
   executables cannot be told from here: a key covers the concrete input
   shapes, which exist only once the program calls, and the device, which
@@ -37,11 +37,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ppy.cache import human_size
+from ppy.cli.importtime import DEFAULT_TIMEOUT, ImportProfile, measure
 from ppy.decision import Decision, Outcome
-from ppy.importtime import DEFAULT_TIMEOUT, ImportProfile, measure
 
 if TYPE_CHECKING:
-    from ppy.artifact import Artifact
+    from ppy.artifact.archive import Artifact
     from ppy.cache import ExecutableCache
     from ppy.plugin import Plugin
 
@@ -322,10 +322,10 @@ def artifact_report(target: Path) -> ArtifactReport:
     """The artifact's state for the project at or above ``target``, decided
     by the rule ``ppy run`` applies (a passed check is remembered as a run
     remembers it, so the next run does not repeat it)."""
-    from ppy.artifact import read_artifact
+    from ppy.artifact.archive import read_artifact
+    from ppy.build.freshness import staleness
     from ppy.config import load_config
     from ppy.errors import ArtifactError, ConfigError
-    from ppy.freshness import staleness
 
     try:
         config = load_config(target)

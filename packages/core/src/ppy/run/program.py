@@ -20,11 +20,11 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING
 
-from ppy.binding import BIND_NAME, Binder, BindingFinder, module_name
+from ppy.run.binding import BIND_NAME, Binder, BindingFinder, module_name
 from ppy.runtime import Runtime
 
 if TYPE_CHECKING:
-    from ppy.artifact import Artifact
+    from ppy.artifact.archive import Artifact
 
 __all__ = ["run_program"]
 

@@ -226,8 +226,8 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from ppy.build import build
-    from ppy.report import build_lines, summary
+    from ppy.build.pipeline import build
+    from ppy.cli.report import build_lines, summary
 
     path: Path = args.path
     if not path.exists():
@@ -256,14 +256,14 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ppy.prepare import run
+    from ppy.run.startup import run
 
     return run(args.program, list(args.args), build=not args.no_build)
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from ppy.artifact import read_artifact
-    from ppy.inspect import render_text, to_json
+    from ppy.artifact.archive import read_artifact
+    from ppy.cli.inspection import render_text, to_json
 
     path: Path = args.artifact
     if not path.exists() and not path.is_symlink():
@@ -279,7 +279,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from ppy.report import explain
+    from ppy.cli.report import explain
 
     text = explain(args.name, args.path)
     print(text)
@@ -287,8 +287,8 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _plugins() -> int:
+    from ppy.cli.report import plugin_lines
     from ppy.registry import load_plugins, load_runtimes
-    from ppy.report import plugin_lines
 
     for line in plugin_lines(load_plugins(describe=True), load_runtimes(describe=True)):
         print(line)
@@ -307,8 +307,8 @@ def _cache(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from ppy.doctor import gather, render_text, to_json
-    from ppy.importtime import DEFAULT_TIMEOUT
+    from ppy.cli.doctor import gather, render_text, to_json
+    from ppy.cli.importtime import DEFAULT_TIMEOUT
 
     path: Path = args.path
     if not path.exists():

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from ppy.layout import find_sources
 
 if TYPE_CHECKING:
-    from ppy.artifact import Artifact
+    from ppy.artifact.archive import Artifact
     from ppy.config import Config
     from ppy.plugin import Plugin
 
@@ -96,9 +96,9 @@ def stale_tools(config: Config, artifact: Artifact, plugins: Mapping[str, Plugin
 
 
 def unreadable_entries(artifact: Artifact) -> str | None:
-    """Why an entry cannot be read by the jax installed here (``ppy.jax_window``),
+    """Why an entry cannot be read by the jax installed here (``ppy.kinds.jax_compat``),
     or None: a stage key covers the jax that staged, not the one that runs."""
-    from ppy.jax_window import entry_outside_window, installed_jaxlib
+    from ppy.kinds.jax_compat import entry_outside_window, installed_jaxlib
 
     exports = [e for e in artifact.entries if e.kind == "jax.export"]
     running = installed_jaxlib() if exports else None

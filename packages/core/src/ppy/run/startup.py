@@ -19,7 +19,7 @@ from ppy.errors import ConfigError, PpyError, UsageError
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from ppy.artifact import Artifact
+    from ppy.artifact.archive import Artifact
     from ppy.config import Config
     from ppy.plugin import Plugin
     from ppy.runtime import Runtime
@@ -40,7 +40,7 @@ class Prepared:
 def run(program: str, argv: list[str], *, build: bool = True) -> int:
     """``ppy run PROGRAM ARGV``: prepare, then run; the program's exit code.
     ``program`` is the path as typed, which the program sees as ``sys.argv[0]``."""
-    from ppy.program import run_program
+    from ppy.run.program import run_program
 
     prepared = prepare(Path(program), build=build)
     # Everything alive now is ppy's (the parser, the configuration, the
@@ -70,7 +70,7 @@ def prepare(program: Path, *, build: bool = True) -> Prepared:
     config = load_config(program)
     artifact = _read(config)
     if build:
-        from ppy.freshness import staleness
+        from ppy.build.freshness import staleness
 
         try:
             stale = staleness(config, artifact, _installed_plugins)
@@ -93,7 +93,7 @@ def prepare(program: Path, *, build: bool = True) -> Prepared:
 
 def _say_if_nothing_staged(artifact: Artifact) -> None:
     """One warning when the program has candidate functions and none is staged."""
-    from ppy.report import nothing_staged
+    from ppy.cli.report import nothing_staged
 
     found = nothing_staged(artifact.decisions)
     if found is not None:
@@ -113,7 +113,7 @@ def _log() -> Any:
 
 
 def _read(config: Config) -> Artifact | None:
-    from ppy.artifact import read_artifact
+    from ppy.artifact.archive import read_artifact
 
     if not config.artifact.exists():
         return None
@@ -137,8 +137,8 @@ def _rebuilt(config: Config, stale: str, artifact: Artifact | None) -> Artifact 
     A runtime-only install cannot stage anything, so a build there would only
     replace an artifact made elsewhere by one with no entries.
     """
-    from ppy.build import build_project, load_project
-    from ppy.lock import build_lock
+    from ppy.artifact.lock import build_lock
+    from ppy.build.pipeline import build_project, load_project
     from ppy.registry import load_plugins
 
     log = _log()

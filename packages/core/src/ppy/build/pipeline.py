@@ -5,7 +5,7 @@ plugins, asks each plugin to stage what policy allowed, and writes the
 artifact. Each plugin's turn has three steps: reuse (a module whose source,
 configuration and plugin fingerprint are unchanged since the last build, and
 whose project imports are too, keeps its entries, unless the jax installed
-here can no longer read one (``ppy.jax_window``); no plugin work starts for
+here can no longer read one (``ppy.kinds.jax_compat``); no plugin work starts for
 it), stage (the plugin turns the
 rest into entries or failures) and settle (each result becomes the function's
 final decision).
@@ -19,21 +19,21 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ppy.artifact import Artifact, ArtifactError, ModuleRecord, read_artifact, write_artifact
+from ppy.artifact.archive import Artifact, ArtifactError, ModuleRecord, read_artifact, write_artifact
 from ppy.config import Config, load_config
 from ppy.decision import Check, Decision, Outcome
-from ppy.discovery import discover_module
-from ppy.entry import Entry
+from ppy.discovery.reader import discover_module
+from ppy.artifact.entry import Entry
 from ppy.errors import ConfigError
-from ppy.freshness import stage_key
-from ppy.jax_window import entry_outside_window, installed_jaxlib
+from ppy.build.freshness import stage_key
+from ppy.kinds.jax_compat import entry_outside_window, installed_jaxlib
 from ppy.layout import find_sources
-from ppy.lock import build_lock
+from ppy.artifact.lock import build_lock
 from ppy.log import get_logger
 from ppy.plugin import KNOWN_DECORATORS, Plugin, StageFailure, StageRequest, StageTarget
 from ppy.policy import decide_module
 from ppy.registry import Registry, by_decorator, load_plugins
-from ppy.source import ModuleInfo
+from ppy.discovery.records import ModuleInfo
 
 __all__ = ["BuildResult", "Project", "build", "build_project", "load_project", "read_previous"]
 

@@ -27,8 +27,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from ppy.annotations import check_axis, check_dim, check_dtype
-from ppy.layout import module_name
-from ppy.source import (
+from ppy.discovery.records import (
     ArraySpec,
     ClassInfo,
     Decorator,
@@ -39,6 +38,7 @@ from ppy.source import (
     ParameterKind,
     Scope,
 )
+from ppy.layout import module_name
 from ppy.spec import Axis
 
 __all__ = ["TRANSFORMS", "discover_module", "discover_source"]

@@ -1,0 +1,173 @@
+"""Records of what static discovery reads from a ``.ppy`` module.
+
+Discovery (``ppy.discovery``) fills these from the AST alone; policy and the
+plugins read them. They hold source facts only, never live objects, so they
+can be built and tested without importing the user's code or jax.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ppy.spec import Axis
+
+__all__ = [
+    "ArraySpec",
+    "ClassInfo",
+    "Decorator",
+    "Differentiation",
+    "FunctionInfo",
+    "ModuleInfo",
+    "Parameter",
+]
+
+ParameterKind = Literal["positional", "keyword_only", "var_positional", "var_keyword"]
+Scope = Literal["module", "method", "nested"]
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """The ppy metadata found on one annotation.
+
+    ``shape`` and ``dtype`` are None when the annotation has no ``ppy.Shape``
+    or ``ppy.DType``; ``problems`` holds the messages for ones that are
+    present but invalid (a bad dim, an unknown dtype name, a non-literal).
+    """
+
+    shape: tuple[int | str, ...] | None
+    dtype: str | None
+    problems: tuple[str, ...] = ()
+    #: Read from a jaxtyping annotation rather than ``ppy.Shape``/``ppy.DType``.
+    jaxtyping: bool = False
+    #: ``ppy.Sharding``'s entries (a ``PartitionSpec``), or None where it has none.
+    sharding: tuple[Axis, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """A function's parameter, or a field of a class that describes a pytree.
+
+    One of four descriptions may hold: ``spec`` with a shape and a dtype (an
+    array, from ``ppy.Shape``/``ppy.DType`` or a jaxtyping annotation);
+    ``like`` (``ppy.Like``: the name of a function that builds an example);
+    ``tree`` (a class whose fields are described, by the name the
+    annotation gives it); or ``choices`` (``bool`` or ``Literal[...]``: the
+    values a static parameter may take).
+    """
+
+    name: str
+    kind: ParameterKind
+    #: The annotation as written in the source, or None.
+    annotation: str | None
+    #: ppy metadata resolved through ``Annotated`` and module-level aliases.
+    spec: ArraySpec
+    has_default: bool = False
+    #: ``ppy.Like(example)``: the example function's name.
+    like: str | None = None
+    #: A class annotation, as written (``Params``, ``types.Params``).
+    tree: str | None = None
+    #: ``bool`` gives ``(False, True)``; ``Literal["a", 1]`` its values.
+    choices: tuple[object, ...] | None = None
+
+    @property
+    def described(self) -> bool:
+        """Whether the annotation says what a traced input looks like."""
+        array = self.spec.shape is not None and self.spec.dtype is not None
+        return array or self.like is not None or self.tree is not None
+
+
+@dataclass(frozen=True)
+class ClassInfo:
+    """A module-level class that may describe a pytree input by its fields."""
+
+    name: str
+    lineno: int
+    #: ``namedtuple``, ``typeddict``, ``dataclass`` (any decorator named
+    #: ``dataclass``: the standard one, flax.struct's, chex's), or None.
+    form: Literal["namedtuple", "typeddict", "dataclass"] | None
+    #: Annotated fields in order, ``ClassVar`` left out.
+    fields: tuple[Parameter, ...] = ()
+
+
+@dataclass(frozen=True)
+class Decorator:
+    #: Resolved dotted name: ``import jax as j; @j.jit`` gives ``"jax.jit"``;
+    #: ``@partial(jax.jit, ...)`` and ``@jax.jit(...)`` give ``"jax.jit"`` too.
+    name: str
+    lineno: int
+    #: Keyword arguments given to the decorator, e.g. ``("static_argnums",)``.
+    keywords: tuple[str, ...] = ()
+    #: Positional arguments given beyond the function (``partial(jax.jit, f)``).
+    called: bool = False
+    #: ``static_argnums`` and ``static_argnames`` as written: ints and names.
+    static: tuple[int | str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Differentiation:
+    """Why discovery considers a function differentiated."""
+
+    transform: str  # resolved name, e.g. "jax.grad"
+    lineno: int
+    #: How the transform reaches the function: ["loss", "score"] when
+    #: ``jax.grad(loss)`` and ``loss`` calls ``score``.
+    via: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FunctionInfo:
+    module: str
+    qualname: str
+    path: str
+    lineno: int
+    decorators: tuple[Decorator, ...]
+    parameters: tuple[Parameter, ...]
+    returns: str | None
+    scope: Scope = "module"
+    differentiated: Differentiation | None = None
+    #: For a module-level function, the other lines that bind its name at
+    #: module level (another def, an assignment, an import, a ``global``).
+    rebound: tuple[int, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.qualname.rpartition(".")[2]
+
+    @property
+    def location(self) -> str:
+        return f"{self.path}:{self.lineno}"
+
+    @property
+    def static(self) -> frozenset[str]:
+        """The parameters a decorator makes static, by name (numbers resolved
+        against the positional parameters, as jax resolves them)."""
+        positional = [p.name for p in self.parameters if p.kind == "positional"]
+        names: set[str] = set()
+        for decorator in self.decorators:
+            for item in decorator.static:
+                if isinstance(item, str):
+                    names.add(item)
+                elif -len(positional) <= item < len(positional):
+                    names.add(positional[item])
+        return frozenset(names)
+
+
+@dataclass(frozen=True)
+class ModuleInfo:
+    #: Dotted module name relative to the project root (``pkg/helpers.ppy`` is
+    #: ``pkg.helpers``).
+    name: str
+    #: Path relative to the project root, with forward slashes.
+    path: str
+    source: str
+    sha256: str
+    functions: tuple[FunctionInfo, ...] = ()
+    #: Set when the module does not parse; it then has no functions.
+    syntax_error: str | None = None
+    aliases: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+    #: Every module the source imports, anywhere in it, by dotted name
+    #: (``from pkg import layers`` gives ``pkg`` and ``pkg.layers``).
+    imports: frozenset[str] = frozenset()
+    #: Module-level classes by name, with their annotated fields.
+    classes: dict[str, ClassInfo] = field(default_factory=dict, compare=False, hash=False)

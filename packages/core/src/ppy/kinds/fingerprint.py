@@ -1,0 +1,330 @@
+"""Fingerprints of the values a trace captured, so a run can tell they changed.
+
+A jitted function is traced at its first call, and what it reads from module
+globals then is baked into the program it compiles: an array loaded at
+import, a flag set in ``main()``, a scale read from the environment. An
+export traced at build time baked in the build's values. The export worker
+records a fingerprint of each value the function's trace could read; the
+runtime takes the staged path only while each value has the same
+fingerprint.
+
+A fingerprint is a sha256 over a canonical text of the value: its type and
+its content, all of it. Two values with the same fingerprint compute the
+same trace; where a value's content cannot be read (an open file, a lock, an
+object of a class with no declared structure) there is no fingerprint, and
+the function is not staged. Arrays are hashed byte for byte, up to a limit
+above which they do not belong in an artifact (they are weights: pass them
+as parameters).
+
+Functions and classes are fingerprinted by their qualified name, with a
+function's defaults and closure, which is where a library such as optax
+keeps its hyperparameters. A function of the project itself is not
+fingerprinted here: the worker follows it, and records what it reads in turn.
+
+This module needs no jax. Pytrees (flax's FrozenDict, equinox Modules) are
+read through ``flatten``, jax's ``tree_util.tree_flatten``, which the caller
+passes in; numpy is imported only when an array is met.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import hashlib
+import types
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = [
+    "DEFAULTS",
+    "DEFAULT_LIMIT",
+    "Unreadable",
+    "defaults",
+    "fingerprint",
+    "python_function",
+    "resolve",
+]
+
+#: The largest array (in bytes) a trace may capture and stay staged: 1 MiB.
+DEFAULT_LIMIT = 1 << 20
+#: How deep a structure is followed before it counts as unreadable.
+_DEPTH = 32
+_PLAIN = (type(None), bool, int, float, complex, str, bytes)
+
+#: The path step that stands for a function's ``defaults()``.
+DEFAULTS = "<defaults>"
+
+Flatten = Callable[[Any], tuple[list[Any], Any]]
+
+
+class Unreadable(Exception):
+    """The value has no fingerprint; the message says why, in the user's words."""
+
+
+def fingerprint(
+    value: Any,
+    *,
+    limit: int = DEFAULT_LIMIT,
+    flatten: Flatten | None = None,
+    main: str | None = None,
+) -> str:
+    """``sha256:HEX`` of the value's canonical text; ``Unreadable`` when it has none.
+
+    ``main`` is the name the program's own module had at build time: under
+    ``ppy run`` it runs as ``__main__``, and a class or function of it is
+    named as it was when the build imported it.
+    """
+    digest = hashlib.sha256()
+    _Writer(digest, limit, flatten, main).write(value, 0)
+    return f"sha256:{digest.hexdigest()}"
+
+
+def _name(thing: Any) -> str:
+    module = getattr(thing, "__module__", None) or "?"
+    return f"{module}.{getattr(thing, '__qualname__', getattr(thing, '__name__', '?'))}"
+
+
+class _Writer:
+    def __init__(self, digest: Any, limit: int, flatten: Flatten | None, main: str | None) -> None:
+        self.digest = digest
+        self.limit = limit
+        self.flatten = flatten
+        self.main = main
+
+    def name(self, thing: Any) -> str:
+        name = _name(thing)
+        if self.main is not None and name.startswith("__main__."):
+            name = f"{self.main}.{name.removeprefix('__main__.')}"
+        return name
+
+    def text(self, *parts: str) -> None:
+        for part in parts:
+            data = part.encode("utf-8", "surrogatepass")
+            self.digest.update(len(data).to_bytes(8, "little"))
+            self.digest.update(data)
+
+    def write(self, value: Any, depth: int) -> None:
+        if depth > _DEPTH:
+            raise Unreadable("it nests too deep to compare")
+        kind = type(value)
+        if isinstance(value, _PLAIN):
+            self.text(kind.__name__, repr(value))
+        elif isinstance(value, enum.Enum):
+            self.text("enum", self.name(kind), value.name)
+        elif _is_array(value):
+            self.array(value)
+        elif isinstance(value, types.ModuleType):
+            self.text("module", value.__name__)
+        elif isinstance(value, type):
+            self.text("class", self.name(value))
+        elif isinstance(value, functools.partial):
+            self.text("partial")
+            for part in (value.func, value.args, value.keywords):
+                self.write(part, depth + 1)
+        elif isinstance(value, types.FunctionType):
+            self.function(value, depth)
+        elif callable(value) and python_function(value) is not None:  # jax.jit(f), wraps
+            self.text("wraps", self.name(kind))
+            self.function(python_function(value), depth)  # type: ignore[arg-type]
+        elif isinstance(value, types.BuiltinFunctionType | types.MethodType):
+            self.text("callable", self.name(value))
+            self.write(getattr(value, "__self__", None), depth + 1)
+        elif _is_dtype(value):
+            self.text("dtype", str(value))
+        elif (isinstance(value, tuple | list) and kind in (tuple, list)) or _is_namedtuple(value):
+            self.text(self.name(kind), str(len(value)))
+            for item in value:
+                self.write(item, depth + 1)
+        elif isinstance(value, dict) and kind is dict:
+            self.mapping(value, depth)
+        elif isinstance(value, Mapping):  # os.environ: its items, in key order
+            self.text("mapping", self.name(kind))
+            self.mapping(dict(sorted(value.items())), depth)
+        elif isinstance(value, frozenset | set) and kind in (frozenset, set):
+            items = sorted(
+                fingerprint(v, limit=self.limit, flatten=self.flatten, main=self.main)
+                for v in value
+            )
+            self.text(kind.__name__, *items)
+        elif dataclasses.is_dataclass(value):
+            self.text("dataclass", self.name(kind))
+            for field in dataclasses.fields(value):
+                self.text(field.name)
+                self.write(getattr(value, field.name), depth + 1)
+        elif _is_treedef(value):  # jax's PyTreeDef: flax.nnx's GraphDef is one
+            self.treedef(value, depth)
+        elif _stateless(value):  # a sentinel, such as equinox's MISSING
+            self.text("instance", self.name(kind))
+            for base in kind.__mro__[:-1]:  # what it reads from its class
+                for name, item in vars(base).items():
+                    if not name.startswith("__") and not _behaviour(item):
+                        self.text(name)
+                        self.write(item, depth + 1)
+        else:
+            self.tree(value, depth)
+
+    def mapping(self, value: Mapping[Any, Any], depth: int) -> None:
+        self.text("dict", str(len(value)))
+        for key, item in value.items():  # insertion order is part of a dict's meaning
+            self.write(key, depth + 1)
+            self.write(item, depth + 1)
+
+    def function(self, value: types.FunctionType, depth: int) -> None:
+        self.text("function", self.name(value))
+        wrapped = getattr(value, "__wrapped__", None)
+        if wrapped is not None and wrapped is not value:
+            self.write(wrapped, depth + 1)
+        self.write(value.__defaults__, depth + 1)
+        self.write(value.__kwdefaults__, depth + 1)
+        for cell in value.__closure__ or ():
+            try:
+                contents = cell.cell_contents
+            except ValueError:  # an empty cell: a name assigned later
+                contents = None
+            self.write(contents, depth + 1)
+
+    def treedef(self, value: Any, depth: int) -> None:
+        """A tree structure: each node's class and metadata, then its children."""
+        if depth > _DEPTH:
+            raise Unreadable("it nests too deep to compare")
+        data = value.node_data()
+        if data is None:
+            self.text("leaf")
+            return
+        kind, aux = data
+        children = value.children()
+        self.text("node", self.name(kind), str(len(children)))
+        self.write(aux, depth + 1)
+        for child in children:
+            self.treedef(child, depth + 1)
+
+    def array(self, value: Any) -> None:
+        import numpy as np
+
+        size = int(getattr(value, "nbytes", 0))
+        if size > self.limit:
+            raise Unreadable(
+                f"it is an array of {size} bytes, over the {self.limit}-byte limit on "
+                "captured arrays"
+            )
+        host = np.asarray(value)
+        if host.dtype.hasobject:
+            raise Unreadable("it is an array of Python objects")
+        self.text("array", host.dtype.str, repr(host.shape))
+        self.digest.update(np.ascontiguousarray(host).tobytes())
+
+    def tree(self, value: Any, depth: int) -> None:
+        """A pytree jax knows how to flatten (its structure and leaves), else unreadable."""
+        if self.flatten is not None:
+            leaves, structure = self.flatten(value)
+            if not (len(leaves) == 1 and leaves[0] is value):
+                self.text("tree", str(structure))
+                for leaf in leaves:
+                    self.write(leaf, depth + 1)
+                return
+        raise Unreadable(f"ppy cannot compare values of type {self.name(type(value))}")
+
+
+def _is_array(value: Any) -> bool:
+    return (
+        not isinstance(value, type)  # np.float32 has the attributes too
+        and hasattr(value, "__array__")
+        and hasattr(value, "dtype")
+        and hasattr(value, "shape")
+    )
+
+
+def _is_treedef(value: Any) -> bool:
+    kind = type(value)
+    return kind.__name__ == "PyTreeDef" and kind.__module__.startswith("jax")
+
+
+def _stateless(value: Any) -> bool:
+    """An instance of a Python class that holds nothing: its class says all.
+
+    Only instances with an empty ``__dict__`` and no ``__slots__`` count; an
+    object whose state lives in C (a lock, a file) has no ``__dict__``.
+    """
+    state = getattr(value, "__dict__", None)
+    slots = any(getattr(k, "__slots__", ()) for k in type(value).__mro__)
+    return isinstance(state, dict) and not state and not slots
+
+
+def _behaviour(item: Any) -> bool:
+    """A class attribute that is code, not data."""
+    return callable(item) or isinstance(item, staticmethod | classmethod | property)
+
+
+def _is_dtype(value: Any) -> bool:
+    kind = type(value)
+    return (kind.__module__ == "numpy" and kind.__name__ == "dtype") or (
+        kind.__module__.startswith("numpy.dtypes")
+    )
+
+
+def _is_namedtuple(value: Any) -> bool:
+    return isinstance(value, tuple) and hasattr(type(value), "_fields")
+
+
+def python_function(value: Any) -> types.FunctionType | None:
+    """The Python function behind ``value``: itself, or what a jit (or any
+    ``functools.wraps`` wrapper) wraps; for a function ``ppy run`` bound, the
+    original's."""
+    from ppy.runtime import ORIGINAL
+
+    value = getattr(value, ORIGINAL, value)
+    for _ in range(8):
+        if isinstance(value, types.FunctionType):
+            return value
+        value = getattr(value, "__wrapped__", None)
+        if value is None:
+            return None
+    return None
+
+
+def defaults(fn: types.FunctionType) -> tuple[Any, ...]:
+    """What a function holds besides its globals: its code, defaults and
+    closed-over values. The code counts for a project function the staged
+    one calls: one in a plain ``.py`` module can change with no ``.ppy``
+    source changing."""
+    closure = []
+    for cell in fn.__closure__ or ():
+        try:
+            closure.append(cell.cell_contents)
+        except ValueError:  # an empty cell: a name assigned later
+            closure.append(None)
+    return (_code(fn.__code__), fn.__defaults__, fn.__kwdefaults__, tuple(closure))
+
+
+def _code(code: types.CodeType) -> tuple[Any, ...]:
+    """A code object as plain data: its bytecode, names and constants, nested
+    code included (the same source compiled by the same Python gives the same)."""
+    constants = tuple(_code(c) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    return (code.co_code, code.co_names, code.co_varnames, constants)
+
+
+def resolve(start: Any, path: tuple[str, ...]) -> Any:
+    """Follow a capture's path from the staged function ``start``.
+
+    From a function (or what wraps one) a step is a name in its globals,
+    else a builtin, or ``DEFAULTS``; from a module, a class or any other
+    value, an attribute. ``LookupError`` or ``AttributeError`` where the
+    running program has no such name.
+    """
+    import builtins
+
+    current = start
+    for step in path:
+        function = (
+            None if isinstance(current, types.ModuleType | type) else python_function(current)
+        )
+        if function is None:
+            current = getattr(current, step)
+        elif step == DEFAULTS:
+            current = defaults(function)
+        elif step in function.__globals__:
+            current = function.__globals__[step]
+        else:
+            current = getattr(builtins, step)
+    return current
