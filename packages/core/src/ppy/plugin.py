@@ -6,30 +6,64 @@ says which decorators it stages, what permissions staging needs, any rules of
 its own, and turns allowed functions into ``Entry`` records. Core never
 imports a plugin's dependencies, and a plugin must not import heavy
 dependencies (jax) at import time: ``ppy build`` loads every plugin.
+
+This module is the whole surface a plugin needs; docs/plugins.md documents
+it. The records and helpers it re-exports from their own modules (``Check``,
+``Entry``, ``TensorSpec``, ``FunctionInfo``, ``ModuleInfo``, ``Setting``,
+``validate_table``, ``ConfigError``) are loaded on first use, since ``ppy
+run`` imports this module at every start and needs none of them.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    # Annotations only: ``ppy run`` imports this module to check plugin
-    # fingerprints at every start, and the source records are not needed.
     from ppy.artifact.entry import Entry
+    from ppy.config import Setting, validate_table
     from ppy.decision import Check
     from ppy.discovery.records import FunctionInfo, ModuleInfo
+    from ppy.errors import ConfigError
+    from ppy.spec import TensorSpec
 
 __all__ = [
     "KNOWN_DECORATORS",
+    "Check",
+    "ConfigError",
+    "Entry",
+    "FunctionInfo",
+    "ModuleInfo",
     "Plugin",
     "Requirements",
+    "Setting",
     "StageFailure",
     "StageRequest",
     "StageTarget",
+    "TensorSpec",
+    "validate_table",
 ]
+
+#: Where each re-exported name lives; imported when the name is first used.
+_REEXPORTED: Mapping[str, str] = {
+    "Check": "ppy.decision",
+    "ConfigError": "ppy.errors",
+    "Entry": "ppy.artifact.entry",
+    "FunctionInfo": "ppy.discovery.records",
+    "ModuleInfo": "ppy.discovery.records",
+    "Setting": "ppy.config",
+    "TensorSpec": "ppy.spec",
+    "validate_table": "ppy.config",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _REEXPORTED:
+        return getattr(importlib.import_module(_REEXPORTED[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 #: Decorators core recognises even when no plugin for them is installed, so a
 #: runtime-only install can say which plugin is missing. Maps the resolved

@@ -21,7 +21,7 @@ from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING
 
 from ppy.run.binding import BIND_NAME, Binder, BindingFinder, module_name
-from ppy.runtime import Runtime
+from ppy.runtime import ManagedRuntime, Runtime
 
 if TYPE_CHECKING:
     from ppy.artifact.archive import Artifact
@@ -116,19 +116,17 @@ def _end_by_sigint() -> None:
 
 
 def _start(runtimes: Mapping[str, Runtime]) -> None:
-    """Let each runtime set up for the program (the optional ``start``)."""
+    """Let each ``ManagedRuntime`` set up for the program."""
     for runtime in runtimes.values():
-        start = getattr(runtime, "start", None)
-        if callable(start):
-            start()
+        if isinstance(runtime, ManagedRuntime):
+            runtime.start()
 
 
 def _close(runtimes: Mapping[str, Runtime]) -> None:
-    """Let each runtime undo what its binding set up (the optional ``close``)."""
+    """Let each ``ManagedRuntime`` undo what its binding set up."""
     for runtime in runtimes.values():
-        close = getattr(runtime, "close", None)
-        if callable(close):
-            close()
+        if isinstance(runtime, ManagedRuntime):
+            runtime.close()
 
 
 def _exit_code(done: SystemExit) -> int:
