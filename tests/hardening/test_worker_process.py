@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from ppy.artifact.archive import read_artifact
 from ppy.decision import Outcome
-from ppy_plugin_jax.guard import GRACE
+from ppy_plugin_jax.watchdog import GRACE
 from ppy_plugin_jax.worker import PROTOCOL_VERSION
 
 from tests.hardening.support import ppy, start_ppy

@@ -14,7 +14,7 @@ from ppy.discovery.records import FunctionInfo
 from ppy.errors import ConfigError
 from ppy.plugin import Plugin
 from ppy_plugin_jax.plugin import JaxExportPlugin
-from ppy_plugin_jax.process import worker_environment
+from ppy_plugin_jax.supervisor import worker_environment
 
 SOURCE = """\
 import functools

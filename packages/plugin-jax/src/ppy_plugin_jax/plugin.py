@@ -2,7 +2,7 @@
 
 This module is imported by every ``ppy build`` and must stay light: it never
 imports jax. The trace itself happens in a worker process (``worker.py``)
-started by ``stage``; see ``process.py``.
+started by ``stage``; see ``supervisor.py``.
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ class JaxExportPlugin:
         return (_static_args(function), _parameter_kind(function), _scope(function))
 
     def stage(self, request: StageRequest) -> Sequence[Entry | StageFailure]:
-        from ppy_plugin_jax.process import export_in_worker
+        from ppy_plugin_jax.supervisor import export_in_worker
 
         return export_in_worker(request)
 

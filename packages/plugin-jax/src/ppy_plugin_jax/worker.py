@@ -1,10 +1,10 @@
 """The export worker: ``python -m ppy_plugin_jax.worker``, one per build.
 
-It reads one JSON request, one line, from stdin, starts its guard
-(``guard.py``), imports each module under its own name (so ``if __name__ ==
+It reads one JSON request, one line, from stdin, starts its watchdog
+(``watchdog.py``), imports each module under its own name (so ``if __name__ ==
 "__main__":`` does not run), exports each function with ``jax.export``, and
 writes one JSON line per result to the protocol fd. The build keeps stdin
-open for the worker's life: its end-of-file tells the guard the build is gone.
+open for the worker's life: its end-of-file tells the watchdog the build is gone.
 The user's code may print, raise, exit or crash: fds 1 and 2 are pointed at a
 capture file before any user code runs, so nothing it writes can corrupt the
 protocol, and what it wrote is sent back with each result.
@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, Final
 
-from ppy_plugin_jax.guard import Guard, high_copy
+from ppy_plugin_jax.watchdog import Watchdog, high_copy
 
 if TYPE_CHECKING:
     from ppy.spec import MeshSpec
@@ -412,7 +412,7 @@ def _side_effect(printed: str) -> dict[str, Any]:
     }
 
 
-def _serve(request: Mapping[str, Any], out: IO[str], capture: Capture, guard: Guard) -> None:
+def _serve(request: Mapping[str, Any], out: IO[str], capture: Capture, watchdog: Watchdog) -> None:
     sys.path.insert(0, request["root"])
     import ppy  # noqa: F401  (installs the .ppy import hook)
 
@@ -423,7 +423,7 @@ def _serve(request: Mapping[str, Any], out: IO[str], capture: Capture, guard: Gu
     for module_request in request["modules"]:
         name = module_request["name"]
         send({"event": "module", "module": name, "offset": capture.flush()})
-        guard.module_started()
+        watchdog.module_started()
         capture.take()
         try:
             module = importlib.import_module(name)
@@ -481,7 +481,7 @@ def _limit_memory(megabytes: int | None) -> None:
 
 
 def main() -> None:
-    # One line: stdin stays open after it, as the guard's lifeline.
+    # One line: stdin stays open after it, as the watchdog's lifeline.
     request = json.loads(sys.stdin.readline())
     if request.get("protocol") != PROTOCOL_VERSION:
         raise SystemExit(
@@ -489,7 +489,7 @@ def main() -> None:
             f"was sent {request.get('protocol')!r}"
         )
     _limit_memory(request.get("memory_limit_mb"))
-    guard = Guard(0, float(request["timeout"]))
+    watchdog = Watchdog(0, float(request["timeout"]))
     # The protocol keeps the original stdout; fds 1 and 2 then point at the
     # capture file, so prints from the user's code (and from its C extensions
     # and children) land there.
@@ -501,7 +501,7 @@ def main() -> None:
     stdin = os.open(os.devnull, os.O_RDONLY)
     os.dup2(stdin, 0)
     os.close(stdin)
-    _serve(request, protocol, Capture(request["capture"]), guard)
+    _serve(request, protocol, Capture(request["capture"]), watchdog)
     protocol.close()
 
 

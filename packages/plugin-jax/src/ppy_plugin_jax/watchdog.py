@@ -1,11 +1,11 @@
-"""The worker's guard: a small process that ends the worker when the build is gone
+"""The worker's watchdog: a small process that ends the worker when the build is gone
 or a module has run past its time.
 
 The build enforces ``export-timeout`` and kills the worker's process group
 when it ends normally. When the build is itself killed (SIGKILL, SIGTERM, an
 OOM kill), nothing of that runs, and a worker stuck in the user's code would
-go on for ever at full CPU, reparented to init. So the worker forks a guard
-before it runs any user code. The guard is a separate process, not a thread:
+go on for ever at full CPU, reparented to init. So the worker forks a watchdog
+before it runs any user code. The watchdog is a separate process, not a thread:
 user code that holds the GIL (a regular expression backtracking, a C
 extension's loop) cannot stop it. It watches:
 
@@ -14,9 +14,9 @@ extension's loop) cannot stop it. It watches:
 - the worker's *news* pipe: one byte each time the worker starts a module,
   which starts that module's deadline, ``export-timeout`` plus ``GRACE`` (the
   build, while alive, stops the worker first and says why);
-- its parent: when the worker is gone, so is the guard's job.
+- its parent: when the worker is gone, so is the watchdog's job.
 
-When the build is gone or the deadline passes, the guard kills the whole
+When the build is gone or the deadline passes, the watchdog kills the whole
 process group with SIGKILL: the worker, the children the user's code
 started, and itself.
 """
@@ -30,12 +30,12 @@ import signal
 import time
 from typing import Final
 
-__all__ = ["GRACE", "Guard", "high_copy"]
+__all__ = ["GRACE", "Watchdog", "high_copy"]
 
-#: Seconds past ``export-timeout`` before the guard kills a module the build
+#: Seconds past ``export-timeout`` before the watchdog kills a module the build
 #: did not stop.
 GRACE: Final = 2.0
-#: How often the guard looks at its parent when nothing else wakes it.
+#: How often the watchdog looks at its parent when nothing else wakes it.
 _POLL: Final = 0.5
 
 
@@ -54,16 +54,16 @@ def high_copy(fd: int) -> int:
     return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, lowest)
 
 
-class Guard:
-    """The worker's side: start the guard, then tell it when each module starts."""
+class Watchdog:
+    """The worker's side: start the watchdog, then tell it when each module starts."""
 
     def __init__(self, lifeline: int, timeout: float) -> None:
-        """Fork the guard. Call before any thread starts and before user code runs."""
+        """Fork the watchdog. Call before any thread starts and before user code runs."""
         news_read, news_write = os.pipe()
         self._news = high_copy(news_write)
         os.close(news_write)
         worker = os.getpid()
-        if os.fork() == 0:  # the guard
+        if os.fork() == 0:  # the watchdog
             try:
                 os.close(self._news)
                 _watch(lifeline, news_read, worker, timeout)

@@ -1,11 +1,11 @@
-"""Running the export worker: one process per build, restarted only after it dies.
+"""The export worker's parent: one worker per build, restarted only after it dies.
 
 The worker runs the user's code, so it gets a scrubbed environment (no
 inherited secrets), a time limit per module (``export-timeout``), a memory
 limit (``export-memory-limit``, applied by the worker to itself before any
 user code runs), and its own process group so a hang can be killed whole,
 children included. Its stdin stays open for its whole life: if the build is
-killed, the worker's guard (``guard.py``) sees it closed and kills that group.
+killed, the worker's watchdog (``watchdog.py``) sees it closed and kills that group.
 If the worker dies or hangs, the functions of the module it was working on
 fail with what it printed, and a fresh worker takes the modules that remain.
 """
@@ -209,7 +209,7 @@ class _Worker:
                 start_new_session=True,
             )
         assert self.process.stdin is not None and self.process.stdout is not None
-        # One line, and stdin stays open: the worker's guard reads its end as
+        # One line, and stdin stays open: the worker's watchdog reads its end as
         # "the build is gone" and kills the worker's process group.
         try:
             self.process.stdin.write(json.dumps(request).encode("utf-8") + b"\n")
