@@ -3,7 +3,7 @@
 - tests: the whole pytest suite against the four distributions, on each
   Python in ``PYTHONS`` (pip gives 3.11 jax 0.10, and 3.12+ jax 0.12).
 - lint: ruff.
-- typecheck: mypy, strict on core.
+- typecheck: mypy, strict on the four distributions and the example plugin.
 - runtime_only: a venv with only ppy-core and ppy-runtime-pjrt runs an artifact
   built in another venv, on each Python in ``PYTHONS``.
 - docs: the site under docs/, built with mkdocs --strict (its hooks import ppy).
@@ -85,10 +85,15 @@ def lint(session: nox.Session) -> None:
     )
 
 
+#: What mypy checks, strictly: the four distributions and the example plugin,
+#: whose conformance lines (``_: type[Plugin] = ...``) check the contracts.
+TYPED = [f"{package}/src" for package in PACKAGES] + ["examples/third_party_plugin/src"]
+
+
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
     session.install("mypy", *PACKAGES)
-    session.run("mypy", "packages/core/src")
+    session.run("mypy", *TYPED)
 
 
 @nox.session(python=PYTHONS)

@@ -65,6 +65,7 @@ def __getattr__(name: str) -> object:
         return getattr(importlib.import_module(_REEXPORTED[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 #: Decorators core recognises even when no plugin for them is installed, so a
 #: runtime-only install can say which plugin is missing. Maps the resolved
 #: decorator name to (plugin name, distribution to install).

@@ -19,6 +19,7 @@ field. This module imports jax only inside the functions the worker calls.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -75,7 +76,9 @@ class Abstract:
     shardings: dict[int, tuple[Axis, ...]]
 
 
-def abstract(fn_globals: dict[str, Any], params: list[dict[str, Any]], root: str) -> Abstract:
+def abstract(
+    fn_globals: dict[str, Any], params: Sequence[Mapping[str, Any]], root: str
+) -> Abstract:
     """What the traced parameters look like, built from their descriptions."""
     from jax import export
 
@@ -91,7 +94,7 @@ class _Builder:
         self.written: dict[int, list[int | str]] = {}
         self.shardings: dict[int, tuple[Axis, ...]] = {}
 
-    def value(self, desc: dict[str, Any], names: dict[str, Any], where: str) -> Any:
+    def value(self, desc: Mapping[str, Any], names: dict[str, Any], where: str) -> Any:
         if desc.get("array") is not None:
             value = self.array(desc["array"])
         elif desc.get("like") is not None:

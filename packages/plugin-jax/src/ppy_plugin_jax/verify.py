@@ -16,7 +16,7 @@ from a fixed seed, so a build is repeatable.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, cast
 
 __all__ = ["SIZES", "specialized"]
 
@@ -53,7 +53,7 @@ def _differs(want: Any, got: Any) -> str | None:
 
     wanted, want_tree = jax.tree_util.tree_flatten(want)
     gotten, got_tree = jax.tree_util.tree_flatten(got)
-    if want_tree != got_tree:
+    if cast(Any, want_tree) != got_tree:  # jax's stubs give PyTreeDef no __ne__
         return f"the export returns {got_tree}, the jitted function {want_tree}"
     for index, (a, b) in enumerate(zip(wanted, gotten, strict=True)):
         a, b = np.asarray(a), np.asarray(b)

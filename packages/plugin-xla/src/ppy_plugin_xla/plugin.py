@@ -19,7 +19,7 @@ from ppy.decision import Check
 from ppy.discovery.records import FunctionInfo, ModuleInfo
 from ppy.errors import ConfigError
 from ppy.kinds.entries import SCALAR_DTYPES, XlaScalar
-from ppy.plugin import Requirements, StageFailure, StageRequest
+from ppy.plugin import Plugin, Requirements, StageFailure, StageRequest
 from ppy.spec import TensorSpec
 
 from ppy_plugin_xla import __version__
@@ -218,3 +218,7 @@ def entry_for(module: str, compiled: CompiledFunction) -> Entry:
         payload=contract.to_payload(),
         metadata=contract.to_metadata(),
     )
+
+
+#: It satisfies core's contract; mypy checks this line.
+_: type[Plugin] = XlaScalarPlugin

@@ -86,7 +86,7 @@ def dispatcher(
     try:
         from jax._src import tree_util
         from jax._src.interpreters import pxla
-        from jax._src.lib import _jax
+        from jax._src.lib import _jax  # type: ignore[attr-defined]  # private: jit's C++ dispatcher
 
         return _jax.pjit(  # type: ignore[no-any-return]
             name,
@@ -103,10 +103,9 @@ def dispatcher(
 
 
 def _versions() -> tuple[tuple[str, str], ...]:
-    import jaxlib
+    from jaxlib import version
 
-    jaxlib_version = getattr(jaxlib, "__version__", None) or jax.lib.__version__
-    return (("jax", jax.__version__), ("jaxlib", str(jaxlib_version)))
+    return (("jax", jax.__version__), ("jaxlib", str(version.__version__)))
 
 
 @dataclass(frozen=True)

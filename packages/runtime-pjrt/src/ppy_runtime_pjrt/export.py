@@ -29,7 +29,7 @@ from ppy.kinds.entries import JaxExport, KindError, Variant
 from ppy.kinds.fingerprint import Unreadable, python_function
 from ppy.kinds.jax_compat import outside_window
 from ppy.kinds.pytrees import Unrebuildable, rebuild, structure
-from ppy.runtime import ORIGINAL, NotBound
+from ppy.runtime import ORIGINAL, ManagedRuntime, NotBound
 
 from ppy_runtime_pjrt import unstaged
 from ppy_runtime_pjrt.calls import Bound, Calls
@@ -255,11 +255,12 @@ class StagedFunction:
         checked = staged.guard.check(leaves)
         if isinstance(checked, Fallback):
             return checked
-        placed = None
+        placed: Placed | None = None
         if staged.placement is not None:
-            placed = staged.placement.check(leaves)
-            if isinstance(placed, Fallback):
-                return placed
+            checked_placement = staged.placement.check(leaves)
+            if isinstance(checked_placement, Fallback):
+                return checked_placement
+            placed = checked_placement
         # Where jit would trace (a new signature or configuration), and read
         # the globals again.
         captured = self.conditions.captured()
@@ -365,7 +366,7 @@ def _shape_of(leaf: Any, *, mesh: Any = None) -> Any:
     if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
         sharding = getattr(leaf, "sharding", None)
         if not isinstance(sharding, NamedSharding) and mesh is not None:
-            sharding = NamedSharding(mesh, PartitionSpec())
+            sharding = NamedSharding(mesh, PartitionSpec())  # type: ignore[no-untyped-call]
         if isinstance(sharding, NamedSharding):
             return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)  # type: ignore[no-untyped-call]
         return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype)  # type: ignore[no-untyped-call]
@@ -393,16 +394,17 @@ def _logged(fast: Callable[..., Any], staged: StagedFunction) -> Callable[..., A
 
 
 def _jaxlib_version() -> str:
-    import jaxlib
+    from jaxlib import version
 
-    return str(jaxlib.__version__)
+    return str(version.__version__)
 
 
 def _jit_disabled() -> bool:
     """Under jax.disable_jit the dispatcher runs the Python function, as jit does."""
     import jax
 
-    return bool(jax.config.jax_disable_jit)
+    # A flag with a context manager is read as an attribute, which jax's stubs lack.
+    return bool(jax.config.jax_disable_jit)  # type: ignore[attr-defined]
 
 
 def _backends_started() -> bool:
@@ -579,3 +581,7 @@ class ExportRuntime:
         if deferred:
             staged.platform = functools.partial(_platform_reason, entry, exported)
         return staged
+
+
+#: It satisfies core's contract; mypy checks this line.
+_: type[ManagedRuntime] = ExportRuntime

@@ -40,7 +40,7 @@ class _Finder(importlib.abc.MetaPathFinder):
         if fullname != self.name:
             return None
         sys.meta_path.remove(self)
-        spec = None
+        spec: importlib.machinery.ModuleSpec | None = None
         for finder in sys.meta_path:
             find = getattr(finder, "find_spec", None)
             spec = find(fullname, path, target) if find is not None else None

@@ -42,7 +42,7 @@ def _singletons() -> dict[tuple[str, str], type]:
     return found
 
 
-class Unpickler(serialize_executable._JaxPjrtUnpickler):  # type: ignore[misc]
+class Unpickler(serialize_executable._JaxPjrtUnpickler):
     """jax's executable unpickler, keeping jax's singletons singletons."""
 
     _SINGLETONS = _singletons()
@@ -55,7 +55,8 @@ class Unpickler(serialize_executable._JaxPjrtUnpickler):  # type: ignore[misc]
 
 def load(data: bytes, client: Any, devices: Sequence[Any]) -> Any:
     """The object jax's executable pickler wrote as ``data``."""
-    return Unpickler(io.BytesIO(data), client, list(devices)).load()
+    # jax's unpickler has an untyped __init__.
+    return Unpickler(io.BytesIO(data), client, list(devices)).load()  # type: ignore[no-untyped-call]
 
 
 def load_compiled(

@@ -18,7 +18,7 @@ from typing import Any, cast
 
 from ppy.artifact.entry import Entry
 from ppy.kinds.entries import INT64_MAX, INT64_MIN, MIN_NORMAL_FLOAT64, KindError, XlaScalar
-from ppy.runtime import NotBound
+from ppy.runtime import NotBound, Runtime
 
 __all__ = ["LoggedScalar", "ScalarRuntime", "StagedScalar"]
 
@@ -170,3 +170,7 @@ class ScalarRuntime:
 
         staged = LoggedScalar if verbose() else StagedScalar
         return staged(entry, contract, original)
+
+
+#: It satisfies core's contract; mypy checks this line.
+_: type[Runtime] = ScalarRuntime

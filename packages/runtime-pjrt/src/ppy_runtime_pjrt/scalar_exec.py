@@ -150,4 +150,4 @@ class ScalarExecutable:
             [self._put([self._frombuffer(self._pack(*args), self._int64)])] if self._arity else []
         )
         (output,) = self._execute(inputs).consume_with_handlers(self._handlers)
-        return self._unpack(output)  # type: ignore[no-any-return]
+        return self._unpack(output)
