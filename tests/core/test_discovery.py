@@ -57,6 +57,12 @@ def test_find_sources_is_sorted_and_skips_tool_directories(tmp_path: Path) -> No
 def test_module_name_is_the_dotted_relative_path(tmp_path: Path) -> None:
     assert module_name(tmp_path, tmp_path / "pkg" / "helpers.ppy") == "pkg.helpers"
     assert module_name(tmp_path, tmp_path / "model.ppy") == "model"
+    assert module_name(tmp_path, tmp_path / "pkg" / "__init__.ppy") == "pkg"
+
+
+def test_a_source_outside_the_project_has_no_module_name(tmp_path: Path) -> None:
+    """A program run from outside its project binds nothing of the artifact."""
+    assert module_name(tmp_path / "project", tmp_path / "elsewhere" / "model.ppy") is None
 
 
 def test_discover_module_hashes_the_file_bytes(tmp_path: Path) -> None:

@@ -49,9 +49,18 @@ def find_sources(root: Path) -> list[Path]:
     return sorted(found, key=lambda p: p.relative_to(root).as_posix())
 
 
-def module_name(root: Path, path: Path) -> str:
-    """The import name of a source: ``pkg/helpers.ppy`` is ``pkg.helpers``."""
-    relative = Path(path).relative_to(root)
+def module_name(root: Path, path: Path) -> str | None:
+    """The import name of a source: ``pkg/helpers.ppy`` is ``pkg.helpers``.
+
+    The build records each module by this name and ``ppy run`` binds by it;
+    the program itself is named the same way (``model``), although it runs
+    as ``__main__``. None when ``path`` is not under ``root`` (a program run
+    from outside its project): nothing of the artifact is its own.
+    """
+    try:
+        relative = Path(path).relative_to(root)
+    except ValueError:
+        return None
     parts = [*relative.parent.parts, relative.name.removesuffix(".ppy")]
     if parts[-1] == "__init__" and len(parts) > 1:
         parts.pop()

@@ -25,6 +25,7 @@ __all__ = [
     "RUNTIME_GROUP",
     "Installed",
     "Registry",
+    "installed_plugins",
     "load_plugins",
     "load_runtimes",
 ]
@@ -149,6 +150,15 @@ def load_plugins(names: Collection[str] | None = None, *, describe: bool = False
     from ppy.plugin import Plugin
 
     return _load(PLUGIN_GROUP, Plugin, names, describe=describe)
+
+
+def installed_plugins(names: frozenset[str]) -> dict[str, Plugin]:
+    """The named plugins that are installed and load, by name.
+
+    What ``ppy.build.freshness.staleness`` asks about the plugins an artifact
+    records, for ``ppy run`` and ``ppy doctor`` alike.
+    """
+    return {p.name: p for p in load_plugins(names).by_name.values()}
 
 
 def load_runtimes(kinds: Collection[str] | None = None, *, describe: bool = False) -> Registry:

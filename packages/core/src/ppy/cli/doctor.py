@@ -43,7 +43,6 @@ from ppy.decision import Decision, Outcome
 if TYPE_CHECKING:
     from ppy.artifact.archive import Artifact
     from ppy.cache import ExecutableCache
-    from ppy.plugin import Plugin
 
 __all__ = [
     "FORMAT_VERSION",
@@ -326,6 +325,7 @@ def artifact_report(target: Path) -> ArtifactReport:
     from ppy.build.freshness import staleness
     from ppy.config import load_config
     from ppy.errors import ArtifactError, ConfigError
+    from ppy.registry import installed_plugins
 
     try:
         config = load_config(target)
@@ -342,20 +342,13 @@ def artifact_report(target: Path) -> ArtifactReport:
     except ArtifactError as error:
         return ArtifactReport(root, path, ArtifactState.UNREADABLE, error.message, error.remedy)
     try:
-        reason = staleness(config, artifact, _installed_plugins)
+        reason = staleness(config, artifact, installed_plugins)
     except ConfigError as error:  # a plugin's table, validated only now
         state = ArtifactState.BAD_CONFIG
         return ArtifactReport(root, path, state, error.message, error.remedy, artifact)
     if reason is not None:
         return ArtifactReport(root, path, ArtifactState.STALE, reason, _REBUILD, artifact)
     return ArtifactReport(root, path, ArtifactState.FRESH, artifact=artifact)
-
-
-def _installed_plugins(names: frozenset[str]) -> dict[str, Plugin]:
-    """The named plugins that are installed and load, by name (as ``ppy run`` asks)."""
-    from ppy.registry import load_plugins
-
-    return {p.name: p for p in load_plugins(names).by_name.values()}
 
 
 _EXACT = (

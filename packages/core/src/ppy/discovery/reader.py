@@ -128,9 +128,11 @@ _NOT_LITERAL: Final = "{marker} arguments must be literals so the build can read
 
 def discover_module(root: Path, path: Path) -> ModuleInfo:
     """Discover one file; the sha256 is of its bytes as they are on disk."""
+    name = module_name(root, path)
+    if name is None:
+        raise ValueError(f"{path} is not under the project root {root}")
     data = Path(path).read_bytes()
     relative = Path(path).relative_to(root).as_posix()
-    name = module_name(root, path)
     digest = hashlib.sha256(data).hexdigest()
     try:
         source = importlib.util.decode_source(data)

@@ -34,13 +34,14 @@ from types import CodeType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ppy._hook import PpyFinder, find_ppy_source
+from ppy.layout import module_name
 from ppy.runtime import NotBound, Runtime
 
 if TYPE_CHECKING:
     from ppy.artifact.archive import Artifact
     from ppy.artifact.entry import Entry
 
-__all__ = ["BIND_NAME", "Binder", "BindingFinder", "bind_source", "module_name"]
+__all__ = ["BIND_NAME", "Binder", "BindingFinder", "bind_source"]
 
 #: The name the inserted statements call; a dunder, so no program uses it.
 BIND_NAME = "__ppy_bind__"
@@ -50,20 +51,6 @@ def _log() -> Any:
     from ppy.log import get_logger
 
     return get_logger()
-
-
-def module_name(path: Path, root: Path) -> str | None:
-    """The artifact's name of the module at ``path``: its path under ``root``.
-
-    ``pkg/helpers.ppy`` is ``pkg.helpers``; the program itself is named the
-    same way (``model``), although it runs as ``__main__``. None outside root.
-    """
-    from ppy.layout import module_name as name_under_root
-
-    try:
-        return name_under_root(root.resolve(), path.resolve())
-    except ValueError:
-        return None
 
 
 def bind_source(source: bytes, filename: str, staged: frozenset[str]) -> CodeType:
@@ -215,7 +202,7 @@ class BindingFinder(importlib.abc.MetaPathFinder):
         source = find_ppy_source(fullname, path)
         if source is None:
             return None
-        name = module_name(Path(source), self.binder.root)
+        name = module_name(self.binder.root.resolve(), Path(source).resolve())
         if name not in self.modules:
             return None  # nothing to bind: the ordinary .ppy finder loads it
         loader = _BindingLoader(self.binder, Path(source), name)

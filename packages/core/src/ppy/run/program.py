@@ -20,7 +20,8 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING
 
-from ppy.run.binding import BIND_NAME, Binder, BindingFinder, module_name
+from ppy.layout import module_name
+from ppy.run.binding import BIND_NAME, Binder, BindingFinder
 from ppy.runtime import ManagedRuntime, Runtime
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ def run_program(
     interrupted = False
     try:
         try:
-            code, bind = binder.code(path, module_name(path, root))
+            code, bind = binder.code(path, module_name(root.resolve(), path.resolve()))
         except SyntaxError as error:
             _report(type(error), error, None)  # as python: no frames, just the line
             return 1

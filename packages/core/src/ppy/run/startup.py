@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 
     from ppy.artifact.archive import Artifact
     from ppy.config import Config
-    from ppy.plugin import Plugin
     from ppy.runtime import Runtime
 
 __all__ = ["Prepared", "prepare", "run"]
@@ -71,9 +70,10 @@ def prepare(program: Path, *, build: bool = True) -> Prepared:
     artifact = _read(config)
     if build:
         from ppy.build.freshness import staleness
+        from ppy.registry import installed_plugins
 
         try:
-            stale = staleness(config, artifact, _installed_plugins)
+            stale = staleness(config, artifact, installed_plugins)
             if stale is not None:
                 artifact = _rebuilt(config, stale, artifact)
         except ConfigError:
@@ -122,13 +122,6 @@ def _read(config: Config) -> Artifact | None:
     except PpyError as error:
         _log().warning("run.artifact_unreadable", path=str(config.artifact), error=str(error))
         return None
-
-
-def _installed_plugins(names: frozenset[str]) -> dict[str, Plugin]:
-    """The named plugins that are installed and load, by name."""
-    from ppy.registry import load_plugins
-
-    return {p.name: p for p in load_plugins(names).by_name.values()}
 
 
 def _rebuilt(config: Config, stale: str, artifact: Artifact | None) -> Artifact | None:
