@@ -1,38 +1,14 @@
-"""Eager ops loaded from the cache before they are lowered.
+"""Eager ops loaded from the cache before they are lowered: the front layer of ``unstaged``.
 
-The compile-step cache (``unstaged``) is keyed, as jax's own persistent cache
-is, on the lowered module, so a hit still pays for lowering: tracing to
-MLIR, and for the first lowering of a process the creation of jax's MLIR
-context (some 20 ms here), then a few ms per op. For a small program that
-is most of what it spends after ``import jax``.
+A hit under jax's own cache key (``unstaged``) still pays for lowering to
+MLIR, and for a small program that is most of what it spends after ``import
+jax``. So jax's call of a jaxpr (``jax._src.pjit._pjit_call_impl_python``) is
+wrapped, and a jaxpr made only of plain lax primitives is looked up under a
+key of everything its executable depends on before anything is lowered.
 
-An eager op (``jnp.arange``, ``reshape``, iterating over an array, a jitted
-jnp helper applied outside any jit) reaches jax's compile path as a small
-jaxpr of lax primitives whose lowering is a function of what the jaxpr
-says. So jax's call of a jaxpr (``jax._src.pjit._pjit_call_impl_python``,
-reached on a miss of jax's in-process dispatch cache) is wrapped, and a
-jaxpr that qualifies is looked up before lowering under a key of
-everything its executable depends on:
-
-- the jaxpr itself: each equation's primitive, its lowering rule, its
-  parameters, its operands and results with their full types (dtype, shape,
-  weak type, sharding);
-- the function name and the operands' placement (committed or not);
-- the device (platform, platform version, kind, id), jax's and jaxlib's
-  versions, every jax config value as this thread sees it, ``XLA_FLAGS``.
-
-A jaxpr qualifies when every equation is a primitive of jax's own lax
-modules, lowered by jax's own rule, with parameters that are plain data
-(numbers, strings, dtypes, enums, tuples of them; no sub-jaxpr, no
-callable), it closes over no constant and has no effect, its operands are
-arrays or scalars on the default device, and it asks for no sharding,
-layout, donation, mesh or compiler option. Anything else takes jax's path
-unchanged (and the compile-step cache). The stored value is what
-``jax.experimental.serialize_executable`` pickles, jax's unloaded
-executable, with as its XLA executable the bytes the compile step compiled
-or loaded. A hit is checked against the jaxpr's result types before it is
-used. The switch is the compile-step cache's (``PPY_UNSTAGED_CACHE``), and
-so are the times it steps aside.
+docs/runtime.md ("The unstaged compile cache") says what the key holds,
+which jaxprs qualify, and when this layer steps aside; ``_key`` and
+``_jaxpr_text`` below are those lists in code, and change with the page.
 """
 
 from __future__ import annotations

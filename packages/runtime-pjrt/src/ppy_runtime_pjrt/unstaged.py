@@ -1,35 +1,16 @@
 """A warm compile cache for what stays unstaged: eager ops, fallbacks, unstaged jits.
 
-A program compiles more than its staged functions: every eager op
-(``jnp.arange``, ``reshape``, iterating over an array) and every jitted
-function ppy did not stage is compiled by XLA afresh at each start, some
-tens of milliseconds apiece. jax's persistent compilation cache would keep
-them, but turning it on means setting the program's JAX config flags
-(``jax_compilation_cache_dir`` and a minimum compile time of 0), and ppy
-does not change a program's flags.
+jax's persistent cache would keep these compiles, but only if the program
+set jax's config flags, and ppy changes none of them. So jax's compile step
+(``jax._src.compiler.compile_or_get_cached``) is wrapped for the run, and a
+computation is looked up in ppy's executable cache under jax's own key:
+what runs is the executable XLA would have compiled, so numerics do not
+change. Installing this also installs its front layer, ``eager``.
 
-So while a program with bound ``jax.export`` entries runs, jax's compile
-step (``jax._src.compiler.compile_or_get_cached``, which every ``jit``
-lowering and eager op goes through) is wrapped. For a computation jax's own
-cache would not serve, the wrapper looks the computation up in ppy's
-per-user executable cache under jax's own cache key (the module, devices,
-compile options, backend and jaxlib versions), loads it with the backend's
-``deserialize_executable`` on a hit, and on a miss compiles as jax would and
-stores the serialized executable. What runs is the executable XLA would have
-compiled from the same module with the same options, so numerics do not
-change.
-
-The wrapper steps aside, per compile, whenever jax's own persistent cache is
-in use (the program or its environment set a cache dir, at any time) or
-disabled (``jax_enable_compilation_cache`` off), for host callbacks, PGLE
-profiling, multi-process runs, and for the runtime's own compiles of staged
-entries (cached under their entry keys). ``PPY_UNSTAGED_CACHE=0`` turns it
-off. If this jax's compile step is not the one this module knows, nothing is
-wrapped and ``run.unstaged_off`` says why. Each lookup is a debug event,
-``cache.unstaged``, naming the computation and where it came from.
-
-Installing this also installs its front layer (``eager``), which finds most
-eager ops before they are even lowered.
+docs/runtime.md ("The unstaged compile cache") says when the wrapper steps
+aside (jax's own persistent cache in use or disabled, host callbacks, PGLE,
+several processes, the runtime's own compiles, ``PPY_UNSTAGED_CACHE=0``);
+the checks below are that list in code, and change with the page.
 """
 
 from __future__ import annotations
