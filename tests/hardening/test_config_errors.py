@@ -161,7 +161,7 @@ MALFORMED: dict[str, tuple[bytes, str | None, str]] = {
     "an xla setting": (
         b"[tool.ppy.plugins.xla]\nfast = true\n",
         "tool.ppy.plugins.xla.fast",
-        "the xla plugin's one setting is 'force-staging'",
+        "unknown key 'fast'; allowed keys: force-staging",
     ),
 }
 

@@ -22,6 +22,7 @@ import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from ppy_plugin_xla.errors import CompileError
 from ppy_plugin_xla.hlo import Builder, Value
@@ -266,76 +267,96 @@ class _Function:
                 self.statement(stmt)
 
     def statement(self, stmt: ast.stmt) -> None:
-        b = self.b
-        if isinstance(stmt, ast.Assign):
-            self.assign_targets(stmt.targets, stmt.value, stmt)
-        elif isinstance(stmt, ast.AnnAssign):
-            if not isinstance(stmt.target, ast.Name):
-                raise _unsupported(stmt, "an annotated assignment to something other than a name")
-            declared = _annotation(stmt.annotation, stmt, f"local {stmt.target.id}")
-            if stmt.value is None:
-                return
-            value = self.expr(stmt.value)
-            if value.type != declared:
-                raise _type_error(
-                    stmt,
-                    f"{stmt.target.id} is annotated {declared} but is assigned {value.type}; "
-                    f"Python keeps the {value.type}",
-                    f"write a {declared} value, e.g. {declared}(...)",
-                )
-            self.assign(stmt.target.id, value, stmt)
-        elif isinstance(stmt, ast.AugAssign):
-            if not isinstance(stmt.target, ast.Name):
-                raise _unsupported(stmt, "an augmented assignment to something other than a name")
-            current = self.name(stmt.target.id, stmt.target)
-            value = self.binop(stmt.op, current, self.expr(stmt.value), stmt)
-            self.assign(stmt.target.id, value, stmt)
-        elif isinstance(stmt, ast.Return):
-            if stmt.value is None:
-                raise _type_error(stmt, "return without a value returns None")
-            value = self.expr(stmt.value)
-            if value.type != self.ret_type:
-                raise _type_error(
-                    stmt,
-                    f"returns {value.type} where the annotation says {self.ret_type}; "
-                    f"Python would return the {value.type}",
-                    f"return {'an' if self.ret_type == 'int' else 'a'} {self.ret_type}, "
-                    f"e.g. {self.ret_type}(...)",
-                )
-            self.vars["$retval"] = b.select(self.pred, value, self.vars["$retval"])
-            self.vars["$ret"] = b.or_(self.vars["$ret"], self.pred)
-        elif isinstance(stmt, ast.If):
-            p = self.pred
-            cond = self.num.truthy(self.expr(stmt.test))
-            saved = self.base
-            self.base = b.and_(p, cond)
-            self.block(stmt.body)
-            self.base = b.and_(p, b.not_(cond))
-            self.block(stmt.orelse)
-            self.base = saved
-        elif isinstance(stmt, ast.While):
-            if stmt.orelse:
-                raise _unsupported(stmt, "while ... else")
-            self.loop(stmt, stmt.body, test=stmt.test)
-        elif isinstance(stmt, ast.For):
-            if stmt.orelse:
-                raise _unsupported(stmt, "for ... else")
-            self.for_range(stmt)
-        elif isinstance(stmt, (ast.Break, ast.Continue)):
-            key = "$brk" if isinstance(stmt, ast.Break) else "$cont"
-            if key not in self.vars:
-                raise _unsupported(stmt, f"{type(stmt).__name__.lower()} outside a loop")
-            self.vars[key] = b.or_(self.vars[key], self.pred)
-        elif isinstance(stmt, ast.Pass):
-            return
-        elif isinstance(stmt, ast.Expr):
-            if isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str):
-                return  # a docstring
-            raise _unsupported(
-                stmt, f"the expression statement {ast.unparse(stmt.value)!r} (a side effect)"
-            )
-        else:
+        """Lower one statement through its ``visit_<Node>`` method; any other is refused."""
+        visit: Callable[[Any], None] | None = getattr(self, f"visit_{type(stmt).__name__}", None)
+        if visit is None:
             raise _unsupported(stmt, _describe(stmt))
+        visit(stmt)
+
+    def visit_Assign(self, stmt: ast.Assign) -> None:
+        self.assign_targets(stmt.targets, stmt.value, stmt)
+
+    def visit_AnnAssign(self, stmt: ast.AnnAssign) -> None:
+        if not isinstance(stmt.target, ast.Name):
+            raise _unsupported(stmt, "an annotated assignment to something other than a name")
+        declared = _annotation(stmt.annotation, stmt, f"local {stmt.target.id}")
+        if stmt.value is None:
+            return
+        value = self.expr(stmt.value)
+        if value.type != declared:
+            raise _type_error(
+                stmt,
+                f"{stmt.target.id} is annotated {declared} but is assigned {value.type}; "
+                f"Python keeps the {value.type}",
+                f"write a {declared} value, e.g. {declared}(...)",
+            )
+        self.assign(stmt.target.id, value, stmt)
+
+    def visit_AugAssign(self, stmt: ast.AugAssign) -> None:
+        if not isinstance(stmt.target, ast.Name):
+            raise _unsupported(stmt, "an augmented assignment to something other than a name")
+        current = self.name(stmt.target.id, stmt.target)
+        value = self.binop(stmt.op, current, self.expr(stmt.value), stmt)
+        self.assign(stmt.target.id, value, stmt)
+
+    def visit_Return(self, stmt: ast.Return) -> None:
+        b = self.b
+        if stmt.value is None:
+            raise _type_error(stmt, "return without a value returns None")
+        value = self.expr(stmt.value)
+        if value.type != self.ret_type:
+            raise _type_error(
+                stmt,
+                f"returns {value.type} where the annotation says {self.ret_type}; "
+                f"Python would return the {value.type}",
+                f"return {'an' if self.ret_type == 'int' else 'a'} {self.ret_type}, "
+                f"e.g. {self.ret_type}(...)",
+            )
+        self.vars["$retval"] = b.select(self.pred, value, self.vars["$retval"])
+        self.vars["$ret"] = b.or_(self.vars["$ret"], self.pred)
+
+    def visit_If(self, stmt: ast.If) -> None:
+        b = self.b
+        p = self.pred
+        cond = self.num.truthy(self.expr(stmt.test))
+        saved = self.base
+        self.base = b.and_(p, cond)
+        self.block(stmt.body)
+        self.base = b.and_(p, b.not_(cond))
+        self.block(stmt.orelse)
+        self.base = saved
+
+    def visit_While(self, stmt: ast.While) -> None:
+        if stmt.orelse:
+            raise _unsupported(stmt, "while ... else")
+        self.loop(stmt, stmt.body, test=stmt.test)
+
+    def visit_For(self, stmt: ast.For) -> None:
+        if stmt.orelse:
+            raise _unsupported(stmt, "for ... else")
+        self.for_range(stmt)
+
+    def visit_Break(self, stmt: ast.Break) -> None:
+        self._leave("$brk", stmt)
+
+    def visit_Continue(self, stmt: ast.Continue) -> None:
+        self._leave("$cont", stmt)
+
+    def _leave(self, key: str, stmt: ast.stmt) -> None:
+        """``break`` or ``continue``: the loop's flag is set where this runs."""
+        if key not in self.vars:
+            raise _unsupported(stmt, f"{type(stmt).__name__.lower()} outside a loop")
+        self.vars[key] = self.b.or_(self.vars[key], self.pred)
+
+    def visit_Pass(self, stmt: ast.Pass) -> None:
+        return
+
+    def visit_Expr(self, stmt: ast.Expr) -> None:
+        if isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str):
+            return  # a docstring
+        raise _unsupported(
+            stmt, f"the expression statement {ast.unparse(stmt.value)!r} (a side effect)"
+        )
 
     def assign_targets(self, targets: list[ast.expr], value_node: ast.expr, stmt: ast.stmt) -> None:
         if isinstance(value_node, ast.Tuple) and all(isinstance(t, ast.Tuple) for t in targets):
@@ -632,74 +653,77 @@ class _Function:
             self.s.stack.pop()
 
     def expr(self, node: ast.expr) -> Value:
-        b, num = self.b, self.num
-        if isinstance(node, ast.Constant):
-            value = node.value
-            if isinstance(value, bool):
-                return b.const("bool", value)
-            if isinstance(value, int):
-                if not I64_MIN <= value <= I64_MAX:
-                    raise _unsupported(node, f"the integer literal {value} (outside int64)")
-                return num.i(value)
-            if isinstance(value, float):
-                if value != 0 and abs(value) < MIN_NORMAL:
-                    raise _unsupported(node, f"the subnormal literal {value!r}")
-                return num.f(value)
+        """Lower one expression through its ``visit_<Node>`` method; any other is refused."""
+        visit: Callable[[Any], Value] | None = getattr(self, f"visit_{type(node).__name__}", None)
+        if visit is None:
             raise _unsupported(node, _describe(node))
-        if isinstance(node, ast.Name):
-            return self.name(node.id, node)
-        if isinstance(node, ast.Attribute):
-            module = node.value
-            if (
-                isinstance(module, ast.Name)
-                and self.s.scope.math.get(module.id) == ""
-                and module.id not in self.locals
-            ):
-                if node.attr in MATH_CONSTANTS:
-                    return num.f(MATH_CONSTANTS[node.attr])
-                raise _unsupported(node, f"math.{node.attr} used as a value")
-            raise _unsupported(node, f"the attribute {ast.unparse(node)}")
-        if isinstance(node, ast.BinOp):
-            return self.binop(node.op, self.expr(node.left), self.expr(node.right), node)
-        if isinstance(node, ast.UnaryOp):
-            if (
-                isinstance(node.op, ast.USub)
-                and isinstance(node.operand, ast.Constant)
-                and type(node.operand.value) is int
-                and node.operand.value == -I64_MIN
-            ):
-                return num.i(I64_MIN)  # -9223372036854775808: its digits alone are not int64
-            operand = self.expr(node.operand)
-            if isinstance(node.op, ast.Not):
-                return b.not_(num.truthy(operand))
-            if isinstance(node.op, ast.UAdd):
-                return num.as_int(operand)
-            if isinstance(node.op, ast.USub):
-                if operand.type == "float":
-                    return b.unary("negate", operand)
-                operand = num.as_int(operand)
-                if operand.const is not None and operand.const != I64_MIN:
-                    return num.i(-int(operand.const))
-                return num.ineg(operand)
-            raise _unsupported(node, "the operator ~")
-        if isinstance(node, ast.BoolOp):
-            return self.boolop(node)
-        if isinstance(node, ast.Compare):
-            return self.compare(node)
-        if isinstance(node, ast.IfExp):
-            cond = num.truthy(self.expr(node.test))
-            with self.predicate(b.and_(self.pred, cond)):
-                yes = self.expr(node.body)
-            with self.predicate(b.and_(self.pred, b.not_(cond))):
-                no = self.expr(node.orelse)
-            if yes.type != no.type:
-                raise _type_error(
-                    node, f"the two arms of the conditional are {yes.type} and {no.type}"
-                )
-            return b.select(cond, yes, no)
-        if isinstance(node, ast.Call):
-            return self.call(node)
+        return visit(node)
+
+    def visit_Constant(self, node: ast.Constant) -> Value:
+        value = node.value
+        if isinstance(value, bool):
+            return self.b.const("bool", value)
+        if isinstance(value, int):
+            if not I64_MIN <= value <= I64_MAX:
+                raise _unsupported(node, f"the integer literal {value} (outside int64)")
+            return self.num.i(value)
+        if isinstance(value, float):
+            if value != 0 and abs(value) < MIN_NORMAL:
+                raise _unsupported(node, f"the subnormal literal {value!r}")
+            return self.num.f(value)
         raise _unsupported(node, _describe(node))
+
+    def visit_Name(self, node: ast.Name) -> Value:
+        return self.name(node.id, node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> Value:
+        module = node.value
+        if (
+            isinstance(module, ast.Name)
+            and self.s.scope.math.get(module.id) == ""
+            and module.id not in self.locals
+        ):
+            if node.attr in MATH_CONSTANTS:
+                return self.num.f(MATH_CONSTANTS[node.attr])
+            raise _unsupported(node, f"math.{node.attr} used as a value")
+        raise _unsupported(node, f"the attribute {ast.unparse(node)}")
+
+    def visit_BinOp(self, node: ast.BinOp) -> Value:
+        return self.binop(node.op, self.expr(node.left), self.expr(node.right), node)
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> Value:
+        b, num = self.b, self.num
+        if (
+            isinstance(node.op, ast.USub)
+            and isinstance(node.operand, ast.Constant)
+            and type(node.operand.value) is int
+            and node.operand.value == -I64_MIN
+        ):
+            return num.i(I64_MIN)  # -9223372036854775808: its digits alone are not int64
+        operand = self.expr(node.operand)
+        if isinstance(node.op, ast.Not):
+            return b.not_(num.truthy(operand))
+        if isinstance(node.op, ast.UAdd):
+            return num.as_int(operand)
+        if isinstance(node.op, ast.USub):
+            if operand.type == "float":
+                return b.unary("negate", operand)
+            operand = num.as_int(operand)
+            if operand.const is not None and operand.const != I64_MIN:
+                return num.i(-int(operand.const))
+            return num.ineg(operand)
+        raise _unsupported(node, "the operator ~")
+
+    def visit_IfExp(self, node: ast.IfExp) -> Value:
+        b = self.b
+        cond = self.num.truthy(self.expr(node.test))
+        with self.predicate(b.and_(self.pred, cond)):
+            yes = self.expr(node.body)
+        with self.predicate(b.and_(self.pred, b.not_(cond))):
+            no = self.expr(node.orelse)
+        if yes.type != no.type:
+            raise _type_error(node, f"the two arms of the conditional are {yes.type} and {no.type}")
+        return b.select(cond, yes, no)
 
     def binop(self, op: ast.operator, a: Value, c: Value, node: ast.AST) -> Value:
         num = self.num
@@ -730,7 +754,7 @@ class _Function:
         }
         return floating[symbol](x, y)
 
-    def boolop(self, node: ast.BoolOp) -> Value:
+    def visit_BoolOp(self, node: ast.BoolOp) -> Value:
         b = self.b
         is_and = isinstance(node.op, ast.And)
         result = self.expr(node.values[0])
@@ -753,7 +777,7 @@ class _Function:
             )
         return result
 
-    def compare(self, node: ast.Compare) -> Value:
+    def visit_Compare(self, node: ast.Compare) -> Value:
         b = self.b
         left = self.expr(node.left)
         result: Value | None = None
@@ -776,7 +800,7 @@ class _Function:
 
     # -- calls ---------------------------------------------------------------------
 
-    def call(self, node: ast.Call) -> Value:
+    def visit_Call(self, node: ast.Call) -> Value:
         func = node.func
         if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
             raise _unsupported(node, f"keyword or starred arguments in {ast.unparse(node)}")

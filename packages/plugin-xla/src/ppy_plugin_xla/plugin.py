@@ -17,9 +17,8 @@ from typing import Any
 from ppy.artifact.entry import Entry
 from ppy.decision import Check
 from ppy.discovery.records import FunctionInfo, ModuleInfo
-from ppy.errors import ConfigError
 from ppy.kinds.entries import SCALAR_DTYPES, XlaScalar
-from ppy.plugin import Plugin, Requirements, StageFailure, StageRequest
+from ppy.plugin import Plugin, Requirements, Setting, StageFailure, StageRequest, validate_table
 from ppy.spec import TensorSpec
 
 from ppy_plugin_xla import __version__
@@ -38,6 +37,12 @@ EMITTER = 2
 #: ``[tool.ppy.plugins.xla] force-staging = true`` stages functions that do
 #: not pay for a staged call too.
 FORCE = "force-staging"
+
+SETTINGS: Mapping[str, Setting] = {
+    FORCE: Setting(
+        (bool,), False, "stage functions whose calls do too little work to pay for a staged call"
+    ),
+}
 
 
 def _jit_names(module: ModuleInfo) -> set[str]:
@@ -93,22 +98,7 @@ class XlaScalarPlugin:
     version = __version__
 
     def validate_settings(self, table: Mapping[str, Any], path: str) -> Mapping[str, Any]:
-        for key, value in table.items():
-            if key != FORCE:
-                raise ConfigError(
-                    f"unknown setting {key!r}: the xla plugin's one setting is {FORCE!r}",
-                    path=path,
-                    key=f"tool.ppy.plugins.xla.{key}",
-                    remedy="remove the key",
-                )
-            if type(value) is not bool:
-                raise ConfigError(
-                    f"{FORCE} must be true or false, not {value!r}",
-                    path=path,
-                    key=f"tool.ppy.plugins.xla.{key}",
-                    remedy=f"write {FORCE} = true or {FORCE} = false",
-                )
-        return {FORCE: table.get(FORCE, False)}
+        return validate_table(table, SETTINGS, path=path, prefix="tool.ppy.plugins.xla")
 
     def fingerprint(self, settings: Mapping[str, Any]) -> str:
         return (
