@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from ppy.artifact.archive import read_artifact
+from ppy.artifact.read import read_artifact
 
 __all__ = [
     "build_function",

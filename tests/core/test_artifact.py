@@ -19,18 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ppy.artifact.archive import (
-    FORMAT,
-    FORMAT_VERSION,
-    MANIFEST,
-    Artifact,
-    ModuleRecord,
-    dumps,
-    loads,
-    read_artifact,
-    write_artifact,
-)
 from ppy.artifact.entry import Entry
+from ppy.artifact.model import FORMAT, FORMAT_VERSION, MANIFEST, Artifact, ModuleRecord
+from ppy.artifact.read import loads, read_artifact
+from ppy.artifact.write import dumps, write_artifact
 from ppy.decision import Check, Decision, Outcome
 from ppy.errors import ArtifactError
 from ppy.spec import TensorSpec

@@ -9,8 +9,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from ppy.artifact.archive import MANIFEST, Artifact, ModuleRecord, read_artifact, write_artifact
 from ppy.artifact.entry import Entry
+from ppy.artifact.model import MANIFEST, Artifact, ModuleRecord
+from ppy.artifact.read import read_artifact
+from ppy.artifact.write import write_artifact
 from ppy.cli.inspection import render_text, to_json
 from ppy.decision import Decision, Outcome
 from ppy.spec import TensorSpec

@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ppy.artifact.archive import Artifact, ModuleRecord, read_artifact, write_artifact
 from ppy.artifact.entry import Entry
+from ppy.artifact.model import Artifact, ModuleRecord
+from ppy.artifact.read import read_artifact
+from ppy.artifact.write import write_artifact
 from ppy.kinds.entries import Captured, JaxExport, KindError, Variant, XlaScalar
 from ppy.spec import MeshSpec, TensorSpec
 

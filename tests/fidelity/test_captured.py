@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from ppy.artifact.archive import read_artifact
+from ppy.artifact.read import read_artifact
 
 from tests.conftest import run_ppy
 from tests.fidelity.support import differential, project

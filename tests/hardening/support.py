@@ -18,7 +18,8 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from ppy.artifact.archive import dumps, read_artifact
+from ppy.artifact.read import read_artifact
+from ppy.artifact.write import dumps
 
 from tests.conftest import run_ppy as ppy  # noqa: F401 - the name the suites import
 

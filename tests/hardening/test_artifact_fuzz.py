@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ppy.artifact.archive import MANIFEST, Artifact, loads
+from ppy.artifact.model import MANIFEST, Artifact
+from ppy.artifact.read import loads
 from ppy.errors import ArtifactError
 
 from tests.hardening.support import real_artifact

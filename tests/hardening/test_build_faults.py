@@ -13,7 +13,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from ppy.artifact.archive import read_artifact
+from ppy.artifact.read import read_artifact
 from ppy.decision import Decision, Outcome
 
 from tests.hardening.support import ppy

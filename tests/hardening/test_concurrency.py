@@ -21,8 +21,9 @@ import threading
 from pathlib import Path
 
 import pytest
-from ppy.artifact.archive import loads, read_artifact, write_artifact
 from ppy.artifact.lock import build_lock, lock_path
+from ppy.artifact.read import loads, read_artifact
+from ppy.artifact.write import write_artifact
 from ppy.cache import ExecutableCache
 
 from tests.hardening.support import copy_example, ppy, real_artifact, start_ppy

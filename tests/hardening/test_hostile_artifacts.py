@@ -27,15 +27,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from ppy.artifact.archive import (
-    FORMAT_VERSION,
-    MANIFEST,
-    MANIFEST_SIZE_LIMIT,
-    Entry,
-    dumps,
-    loads,
-    read_artifact,
-)
+from ppy.artifact.entry import Entry
+from ppy.artifact.model import FORMAT_VERSION, MANIFEST, MANIFEST_SIZE_LIMIT
+from ppy.artifact.read import loads, read_artifact
+from ppy.artifact.write import dumps
 from ppy.errors import ArtifactError
 
 from tests.hardening.support import copy_example, ppy, real_artifact

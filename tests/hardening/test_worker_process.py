@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ppy.artifact.archive import read_artifact
+from ppy.artifact.read import read_artifact
 from ppy.decision import Outcome
 from ppy_plugin_jax.watchdog import GRACE
 from ppy_plugin_jax.worker import PROTOCOL_VERSION

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from ppy.artifact.archive import read_artifact, write_artifact
+from ppy.artifact.read import read_artifact
+from ppy.artifact.write import write_artifact
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
 

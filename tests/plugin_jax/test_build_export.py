@@ -13,7 +13,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from jax import export
-from ppy.artifact.archive import read_artifact
+from ppy.artifact.read import read_artifact
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import pytest
-from ppy.artifact.archive import Artifact, ModuleRecord, write_artifact
+from ppy.artifact.model import Artifact, ModuleRecord
+from ppy.artifact.write import write_artifact
 from ppy.run.program import run_program
 from ppy_runtime_pjrt.export import ExportRuntime
 from structlog.testing import capture_logs
@@ -201,7 +202,7 @@ def test_a_second_process_loads_the_executable_from_the_cache(project, cache_dir
         f"""
         import sys
         from pathlib import Path
-        from ppy.artifact.archive import read_artifact
+        from ppy.artifact.read import read_artifact
         from ppy.log import configure
         from ppy.run.program import run_program
         from ppy_runtime_pjrt.export import ExportRuntime

@@ -28,5 +28,5 @@ __getattr__ = reexport(
         "read_artifact",
         "write_artifact",
     ],
-    ["archive"],
+    ["model", "write", "read"],
 )

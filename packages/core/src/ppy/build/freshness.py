@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from ppy.layout import find_sources
 
 if TYPE_CHECKING:
-    from ppy.artifact.archive import Artifact
+    from ppy.artifact.model import Artifact
     from ppy.config import Config
     from ppy.plugin import Plugin
 

@@ -19,7 +19,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ppy.artifact.archive import Artifact, ArtifactError, ModuleRecord, read_artifact, write_artifact
+from ppy.artifact.model import Artifact, ModuleRecord
+from ppy.artifact.read import ArtifactError, read_artifact
+from ppy.artifact.write import write_artifact
 from ppy.config import Config, load_config
 from ppy.decision import Check, Decision, Outcome
 from ppy.discovery.reader import discover_module

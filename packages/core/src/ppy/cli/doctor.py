@@ -41,7 +41,7 @@ from ppy.cli.importtime import DEFAULT_TIMEOUT, ImportProfile, measure
 from ppy.decision import Decision, Outcome
 
 if TYPE_CHECKING:
-    from ppy.artifact.archive import Artifact
+    from ppy.artifact.model import Artifact
     from ppy.cache import ExecutableCache
 
 __all__ = [
@@ -321,7 +321,7 @@ def artifact_report(target: Path) -> ArtifactReport:
     """The artifact's state for the project at or above ``target``, decided
     by the rule ``ppy run`` applies (a passed check is remembered as a run
     remembers it, so the next run does not repeat it)."""
-    from ppy.artifact.archive import read_artifact
+    from ppy.artifact.read import read_artifact
     from ppy.build.freshness import staleness
     from ppy.config import load_config
     from ppy.errors import ArtifactError, ConfigError

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ppy.artifact.archive import FORMAT, FORMAT_VERSION, Artifact, manifest
+from ppy.artifact.model import FORMAT, FORMAT_VERSION, Artifact
+from ppy.artifact.write import manifest
 from ppy.decision import Outcome
 
 __all__ = ["render_text", "to_json"]

@@ -262,7 +262,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from ppy.artifact.archive import read_artifact
+    from ppy.artifact.read import read_artifact
     from ppy.cli.inspection import render_text, to_json
 
     path: Path = args.artifact

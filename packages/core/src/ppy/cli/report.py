@@ -75,7 +75,7 @@ def _matches(name: str, decision: Decision) -> bool:
 def explain(name: str, target: Path) -> str:
     """The decision trail for ``name``: the built one when the artifact is current,
     else what the policy decides now (before any staging)."""
-    from ppy.artifact.archive import ArtifactError, read_artifact
+    from ppy.artifact.read import ArtifactError, read_artifact
     from ppy.build.freshness import staleness
     from ppy.build.pipeline import load_project
     from ppy.config import load_config

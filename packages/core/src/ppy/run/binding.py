@@ -38,8 +38,8 @@ from ppy.layout import module_name
 from ppy.runtime import NotBound, Runtime
 
 if TYPE_CHECKING:
-    from ppy.artifact.archive import Artifact
     from ppy.artifact.entry import Entry
+    from ppy.artifact.model import Artifact
 
 __all__ = ["BIND_NAME", "Binder", "BindingFinder", "bind_source"]
 

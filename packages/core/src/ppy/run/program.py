@@ -25,7 +25,7 @@ from ppy.run.binding import BIND_NAME, Binder, BindingFinder
 from ppy.runtime import ManagedRuntime, Runtime
 
 if TYPE_CHECKING:
-    from ppy.artifact.archive import Artifact
+    from ppy.artifact.model import Artifact
 
 __all__ = ["run_program"]
 

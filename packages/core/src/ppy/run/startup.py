@@ -19,7 +19,7 @@ from ppy.errors import ConfigError, PpyError, UsageError
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from ppy.artifact.archive import Artifact
+    from ppy.artifact.model import Artifact
     from ppy.config import Config
     from ppy.runtime import Runtime
 
@@ -113,7 +113,7 @@ def _log() -> Any:
 
 
 def _read(config: Config) -> Artifact | None:
-    from ppy.artifact.archive import read_artifact
+    from ppy.artifact.read import read_artifact
 
     if not config.artifact.exists():
         return None

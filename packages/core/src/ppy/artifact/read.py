@@ -1,22 +1,10 @@
-"""The artifact: one zip file per project that ``ppy build`` writes and ``ppy run`` reads.
+"""Reading the artifact: untrusted bytes, validated whole before anything is handed out.
 
-The archive holds ``manifest.json`` and the payload of every staged entry, at
-``entries/<module>/<qualname>/<name>``. Nothing in it is ever executed: the
-reader parses JSON and hands out bytes; a payload is interpreted only by the
-runtime registered for its entry's ``kind`` (StableHLO text, jax's own export
-serialization). There is no pickle and no marshalled code, and compiled
-executables never go in (they are native code for one machine and live in the
-per-user cache).
-
-The format is versioned explicitly (``FORMAT_VERSION``). A reader refuses a
-version it does not know, and any change to the manifest, additions included,
-bumps the version; so a file that reads is a file this ppy understands
-completely. docs/artifact.md is the reference for the layout and every field.
-
-The same ``Artifact`` always gives the same bytes: members in sorted order,
-timestamps fixed at 1980-01-01 00:00:00, fixed attributes, canonical JSON and
-deflate at a fixed level. That keeps builds reproducible and lets a rebuild
-that changed nothing leave the file identical.
+An artifact may come from another machine, be truncated, or be made to
+hurt: every member name, size, hash and manifest field is checked, sizes
+against the headers before anything is inflated, and a file that fails any
+check is refused with an ``ArtifactError`` that names what is wrong and the
+remedy. Nothing read is executed.
 """
 
 from __future__ import annotations
@@ -26,352 +14,41 @@ import io
 import json
 import os
 import re
-import secrets
 import stat
 import zipfile
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from functools import cached_property
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
 from ppy.artifact.entry import Entry
+from ppy.artifact.model import (
+    ARCHIVE_SIZE_LIMIT,
+    CHUNK,
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST,
+    MANIFEST_DEPTH_LIMIT,
+    MANIFEST_SIZE_LIMIT,
+    MEMBER_SIZE_LIMIT,
+    NOFOLLOW,
+    READABLE_VERSIONS,
+    SHORT_NAME,
+    Artifact,
+    ModuleRecord,
+    depth,
+)
 from ppy.decision import Check, Decision, Outcome
 from ppy.errors import ArtifactError
 from ppy.spec import TensorSpec
 
-__all__ = [
-    "FORMAT",
-    "FORMAT_VERSION",
-    "MANIFEST",
-    "MEMBER_SIZE_LIMIT",
-    "ARCHIVE_SIZE_LIMIT",
-    "MANIFEST_DEPTH_LIMIT",
-    "MANIFEST_SIZE_LIMIT",
-    "READABLE_VERSIONS",
-    "Artifact",
-    "ArtifactError",
-    "ModuleRecord",
-    "dumps",
-    "loads",
-    "manifest",
-    "member_name",
-    "read_artifact",
-    "write_artifact",
-]
+__all__ = ["ArtifactError", "loads", "read_artifact"]
 
-FORMAT = "ppy-artifact"
-FORMAT_VERSION = 1
-#: The versions this reader understands; anything else is refused.
-READABLE_VERSIONS: tuple[int, ...] = (1,)
-MANIFEST = "manifest.json"
-#: The most bytes one member may hold once decompressed, and the most all of
-#: them together may, checked against the archive's headers before anything
-#: is decompressed: a zip bomb is refused, not inflated. An export of a
-#: function with large constants is still far below them.
-MEMBER_SIZE_LIMIT = 1 << 30
-ARCHIVE_SIZE_LIMIT = 4 << 30
-#: The most bytes the manifest may hold, and how deep its JSON may nest. A
-#: project of thousands of entries needs a few megabytes and a dozen levels;
-#: the bounds keep a hostile manifest from costing gigabytes of memory or
-#: exhausting the parser's recursion before it is refused.
-MANIFEST_SIZE_LIMIT = 64 << 20
-MANIFEST_DEPTH_LIMIT = 128
-
-#: 1980-01-01 is the earliest time a zip header can hold.
-_EPOCH = (1980, 1, 1, 0, 0, 0)
-#: A regular file, rw-r--r--, recorded as written on Unix.
-_EXTERNAL_ATTR = (0o100644 & 0xFFFF) << 16
-_CREATE_SYSTEM = 3
-_COMPRESSLEVEL = 6
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-#: A payload's short name: one path segment, nothing a file system reads specially.
-_SHORT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 
-@dataclass(frozen=True)
-class ModuleRecord:
-    """One ``.ppy`` module the artifact was built from."""
-
-    #: Dotted module name (``pkg.model``).
-    name: str
-    #: Source path relative to the project root, with ``/`` separators.
-    path: str
-    #: sha256 of the source bytes, so staleness is one hash per module.
-    sha256: str
-    #: Plugin name -> the key this module's entries were staged under; an
-    #: equal key on the next build means the entries are reused unchanged.
-    stage_keys: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Artifact:
-    """Everything one build produced, as written to and read from the file."""
-
-    project: str
-    config_digest: str
-    #: Versions of the tools that wrote it: ``{"ppy": ..., "jax": ..., "jaxlib": ...}``.
-    written_by: Mapping[str, str]
-    modules: tuple[ModuleRecord, ...]
-    entries: tuple[Entry, ...]
-    #: Every candidate's decision, staged or not, so ``ppy explain`` can read
-    #: the trail from the artifact without rerunning the policy.
-    decisions: tuple[Decision, ...]
-
-    @cached_property
-    def _entries_by_key(self) -> dict[tuple[str, str], Entry]:
-        return {e.key: e for e in self.entries}
-
-    @cached_property
-    def _modules_by_name(self) -> dict[str, ModuleRecord]:
-        return {m.name: m for m in self.modules}
-
-    def entry(self, module: str, qualname: str) -> Entry | None:
-        return self._entries_by_key.get((module, qualname))
-
-    def module(self, name: str) -> ModuleRecord | None:
-        return self._modules_by_name.get(name)
-
-    def decision(self, module: str, qualname: str) -> Decision | None:
-        return next(
-            (d for d in self.decisions if (d.module, d.qualname) == (module, qualname)), None
-        )
-
-
-# -- writing ------------------------------------------------------------------
-
-
-def member_name(module: str, qualname: str, name: str) -> str:
-    """Where an entry's payload ``name`` lives in the archive."""
-    return f"entries/{module}/{qualname}/{name}"
-
-
-def _check_writable(entry: Entry) -> None:
-    where = f"entry {entry.module}:{entry.qualname}"
-    for part, value in (("module", entry.module), ("qualname", entry.qualname)):
-        if not value or "/" in value or "\\" in value or ".." in value.split("."):
-            raise ValueError(f"{where}: {part} {value!r} cannot name an archive folder")
-    if _depth(entry.metadata) > MANIFEST_DEPTH_LIMIT // 2:
-        raise ValueError(f"{where}: metadata nests deeper than {MANIFEST_DEPTH_LIMIT // 2} levels")
-    for short in entry.payload:
-        if not _SHORT_NAME.fullmatch(short):
-            raise ValueError(
-                f"{where}: payload name {short!r} must be one segment of letters, "
-                "digits, '_', '-' and '.', not starting with '.' or '-'"
-            )
-
-
-def _decision_json(decision: Decision) -> dict[str, Any]:
-    return {
-        "module": decision.module,
-        "qualname": decision.qualname,
-        "location": decision.location,
-        "outcome": decision.outcome.value,
-        "rule": decision.rule,
-        "reason": decision.reason,
-        "remedy": decision.remedy,
-        "plugin": decision.plugin,
-        "kind": decision.kind,
-        "signature": decision.signature,
-        "trail": [
-            {"rule": c.rule, "passed": c.passed, "detail": c.detail, "remedy": c.remedy}
-            for c in decision.trail
-        ],
-        "output": decision.output,
-    }
-
-
-def _manifest_spec(spec: TensorSpec) -> dict[str, Any]:
-    """A spec as format 1 writes it: dims and dtype. How a sharded export's
-    leaves are laid out is its payload's (the contract's variants and mesh);
-    the build line and the decision's signature show it."""
-    return replace(spec, sharding=None).to_json()
-
-
-def _entry_json(entry: Entry) -> dict[str, Any]:
-    return {
-        "module": entry.module,
-        "qualname": entry.qualname,
-        "kind": entry.kind,
-        "inputs": [_manifest_spec(s) for s in entry.inputs],
-        "outputs": [_manifest_spec(s) for s in entry.outputs],
-        "platforms": list(entry.platforms),
-        "members": [
-            {
-                "name": short,
-                "member": member_name(entry.module, entry.qualname, short),
-                "size": len(data),
-                "sha256": hashlib.sha256(data).hexdigest(),
-            }
-            for short, data in sorted(entry.payload.items())
-        ],
-        "metadata": dict(entry.metadata),
-        "decision": None if entry.decision is None else _decision_json(entry.decision),
-    }
-
-
-def manifest(artifact: Artifact) -> dict[str, Any]:
-    """The manifest as a JSON-able dict, in the canonical order ``dumps`` writes.
-
-    Modules are sorted by name and entries by (module, qualname), so the build's
-    iteration order never shows in the file; decisions keep their order, which
-    is the order of the functions in the sources.
-    """
-    keys = [e.key for e in artifact.entries]
-    duplicates = sorted({k for k in keys if keys.count(k) > 1})
-    if duplicates:
-        raise ValueError(f"entries appear more than once: {duplicates}")
-    for entry in artifact.entries:
-        _check_writable(entry)
-    return {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "written_by": dict(sorted(artifact.written_by.items())),
-        "project": artifact.project,
-        "config_digest": artifact.config_digest,
-        "modules": [
-            {
-                "name": m.name,
-                "path": m.path,
-                "sha256": m.sha256,
-                "stage_keys": dict(sorted(m.stage_keys.items())),
-            }
-            for m in sorted(artifact.modules, key=lambda m: m.name)
-        ],
-        "entries": [_entry_json(e) for e in sorted(artifact.entries, key=lambda e: e.key)],
-        "decisions": [_decision_json(d) for d in artifact.decisions],
-    }
-
-
-def _zipinfo(name: str) -> zipfile.ZipInfo:
-    info = zipfile.ZipInfo(name, date_time=_EPOCH)
-    info.compress_type = zipfile.ZIP_DEFLATED
-    info.create_system = _CREATE_SYSTEM
-    info.external_attr = _EXTERNAL_ATTR
-    return info
-
-
-def dumps(artifact: Artifact) -> bytes:
-    """The artifact as zip bytes; equal artifacts give equal bytes."""
-    text = json.dumps(
-        manifest(artifact), sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False
-    )
-    members = {MANIFEST: (text + "\n").encode("utf-8")}
-    for entry in artifact.entries:
-        for short, data in entry.payload.items():
-            members[member_name(entry.module, entry.qualname, short)] = bytes(data)
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", compresslevel=_COMPRESSLEVEL) as archive:
-        for name in sorted(members):
-            archive.writestr(_zipinfo(name), members[name])
-    return buffer.getvalue()
-
-
-def write_artifact(artifact: Artifact, path: Path) -> None:
-    """Write ``artifact`` to ``path`` atomically.
-
-    The bytes go to a temporary file in the same folder, are flushed to disk,
-    then renamed over ``path``: a reader (a concurrent ``ppy run``) sees the
-    old artifact or the new one, never half of one.
-    """
-    data = dumps(artifact)
-    path = Path(path)
-    _check_replaceable(path)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # 0o666 before the umask, as for any file the user writes; the
-        # artifact is meant to be copied to and run on other machines.
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o666)
-        try:
-            with os.fdopen(fd, "wb") as stream:
-                stream.write(data)
-                stream.flush()
-                os.fsync(stream.fileno())
-            os.replace(temp, path)
-        except BaseException:
-            temp.unlink(missing_ok=True)
-            raise
-    except OSError as error:
-        raise ArtifactError(
-            f"cannot write the artifact: {error.strerror or error}",
-            path=str(path),
-            remedy="check that the folder exists and is writable, then run `ppy build` again",
-        ) from error
-
-
-#: Opens the final path component itself, never what a link there points to,
-#: and without waiting on a FIFO put there after the check that it was a file.
-_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-#: What an artifact's manifest says of itself; a file without it is not replaced.
-_FORMAT_MARK = f'"format": "{FORMAT}"'.encode()
-
-
-def _check_replaceable(path: Path) -> None:
-    """Refuse to write over anything at ``path`` but a file ppy wrote.
-
-    A build replaces the previous artifact, damaged or not, but never a
-    link, a folder or a file of the user's that happens to have the name:
-    it must be a zip that holds a manifest saying it is a ppy artifact. The
-    manifest is searched, not parsed, so a damaged one (the reason to
-    rebuild) does not stop the build.
-    """
-
-    def refuse(what: str) -> NoReturn:
-        raise ArtifactError(
-            f"{what}; ppy replaces only an artifact it wrote",
-            path=str(path),
-            remedy="move it away, or set [tool.ppy] artifact to another path",
-        )
-
-    try:
-        status = os.lstat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return  # nothing there to lose; the write says why it cannot happen, if it cannot
-    except OSError as error:
-        refuse(f"cannot be examined ({error.strerror or error})")
-    if stat.S_ISLNK(status.st_mode):
-        refuse("is a symbolic link")
-    if not stat.S_ISREG(status.st_mode):
-        refuse("is not a regular file")
-    try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            refuse("is not a regular file")
-        with os.fdopen(fd, "rb") as stream, zipfile.ZipFile(stream) as archive:
-            marked = _says_format(archive)
-    except (KeyError, zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError):
-        # KeyError: no manifest; the rest: not a zip, or a damaged one.
-        refuse("is not a ppy artifact (not a zip archive with a manifest)")
-    except (NotImplementedError, RuntimeError):
-        refuse("is not a ppy artifact (an encrypted or unknown kind of zip)")
-    if not marked:
-        refuse(f"is not a ppy artifact (its manifest does not say format {FORMAT!r})")
-
-
-def _says_format(archive: zipfile.ZipFile) -> bool:
-    """Whether the first ``MANIFEST_SIZE_LIMIT`` bytes of the manifest name ppy's format.
-
-    Read a chunk at a time, keeping only a mark's length of the previous
-    chunk, so even a huge manifest costs a megabyte of memory.
-    """
-    tail = b""
-    seen = 0
-    with archive.open(MANIFEST) as member:
-        while seen < MANIFEST_SIZE_LIMIT and (chunk := member.read(_CHUNK)):
-            if _FORMAT_MARK in tail + chunk:
-                return True
-            tail = chunk[-len(_FORMAT_MARK) :]
-            seen += len(chunk)
-    return False
-
-
-# -- reading ------------------------------------------------------------------
-
-
-class _Reader:
+class _Validator:
     """Reads typed fields out of parsed JSON, naming the field path on failure."""
 
     def __init__(self, path: str) -> None:
@@ -490,7 +167,7 @@ _TOP_KEYS = (
 )
 
 
-def _spec(r: _Reader, value: Any, where: str) -> TensorSpec:
+def _spec(r: _Validator, value: Any, where: str) -> TensorSpec:
     if isinstance(value, dict) and "name" not in value:
         data = r.obj(value, where, ("dims", "dtype"))
     else:
@@ -506,7 +183,7 @@ def _spec(r: _Reader, value: Any, where: str) -> TensorSpec:
     return TensorSpec.from_json(data)
 
 
-def _decision(r: _Reader, value: Any, where: str) -> Decision:
+def _decision(r: _Validator, value: Any, where: str) -> Decision:
     data = r.obj(value, where, _DECISION_KEYS)
     outcome = r.text(data["outcome"], f"{where}.outcome")
     if outcome not in {o.value for o in Outcome}:
@@ -569,7 +246,7 @@ class _Listed:
     sha256: str
 
 
-def _entry(r: _Reader, value: Any, index: int) -> tuple[Entry, list[_Listed]]:
+def _entry(r: _Validator, value: Any, index: int) -> tuple[Entry, list[_Listed]]:
     where = f"entries[{index}]"
     data = r.obj(value, where, _ENTRY_KEYS)
     module = r.text(data["module"], f"{where}.module")
@@ -598,7 +275,7 @@ def _entry(r: _Reader, value: Any, index: int) -> tuple[Entry, list[_Listed]]:
         at = f"{where}.members[{i}]"
         member = r.obj(item, at, _MEMBER_KEYS)
         short = r.text(member["name"], f"{at}.name")
-        if not _SHORT_NAME.fullmatch(short):
+        if not SHORT_NAME.fullmatch(short):
             r.fail(f"{at}.name {short!r} is not a valid payload name")
         if short in shorts:
             r.fail(f"{at}.name {short!r} appears twice in the entry")
@@ -643,11 +320,7 @@ def _unique_keys(pairs: Sequence[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
-#: Members are inflated this many bytes at a time.
-_CHUNK = 1 << 20
-
-
-def _read_member(r: _Reader, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
+def _read_member(r: _Validator, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
     """The member's bytes, inflated a chunk at a time.
 
     ``ZipFile.read`` asks zlib for everything at once and only then cuts the
@@ -658,7 +331,7 @@ def _read_member(r: _Reader, archive: zipfile.ZipFile, info: zipfile.ZipInfo) ->
     parts: list[bytes] = []
     try:
         with archive.open(info) as stream:
-            while chunk := stream.read(_CHUNK):
+            while chunk := stream.read(CHUNK):
                 parts.append(chunk)
         return b"".join(parts)
     except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, OSError) as error:
@@ -672,7 +345,7 @@ def _describe(error: Exception) -> str:
     return str(error) or type(error).__name__
 
 
-def _open(r: _Reader, data: bytes) -> zipfile.ZipFile:
+def _open(r: _Validator, data: bytes) -> zipfile.ZipFile:
     try:
         return zipfile.ZipFile(io.BytesIO(data))
     except (zipfile.BadZipFile, NotImplementedError, EOFError, ValueError, OSError) as error:
@@ -699,7 +372,7 @@ def _file_type(info: zipfile.ZipInfo) -> str | None:
     return "a special file"
 
 
-def _members(r: _Reader, archive: zipfile.ZipFile, limit: int) -> dict[str, zipfile.ZipInfo]:
+def _members(r: _Validator, archive: zipfile.ZipFile, limit: int) -> dict[str, zipfile.ZipInfo]:
     """The archive's members by name, once each is known to be safe, unique and of bounded size.
 
     Sizes come from the headers, before any member is decompressed; a header
@@ -738,7 +411,7 @@ def _members(r: _Reader, archive: zipfile.ZipFile, limit: int) -> dict[str, zipf
     return found
 
 
-def _document(r: _Reader, raw: bytes) -> Mapping[str, Any]:
+def _document(r: _Validator, raw: bytes) -> Mapping[str, Any]:
     """The manifest's JSON, once it says it is a format and version this ppy reads."""
     try:
         document = json.loads(
@@ -748,7 +421,7 @@ def _document(r: _Reader, raw: bytes) -> Mapping[str, Any]:
         r.fail(f"the manifest is not valid JSON ({error})")
     except RecursionError:
         r.fail(f"the manifest nests deeper than {MANIFEST_DEPTH_LIMIT} levels")
-    if _depth(document) > MANIFEST_DEPTH_LIMIT:
+    if depth(document) > MANIFEST_DEPTH_LIMIT:
         r.fail(f"the manifest nests deeper than {MANIFEST_DEPTH_LIMIT} levels")
     if not isinstance(document, dict):
         r.fail(f"the manifest must be a JSON object, found {_json_type(document)}")
@@ -772,22 +445,7 @@ def _document(r: _Reader, raw: bytes) -> Mapping[str, Any]:
     return r.obj(document, "", _TOP_KEYS)
 
 
-def _depth(document: Any) -> int:
-    """How deep ``document`` nests, counted without recursion (so any depth is safe to ask)."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(document, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if isinstance(value, (dict, list)):
-            deepest = max(deepest, depth)
-            if depth > MANIFEST_DEPTH_LIMIT:
-                break
-            children = value.values() if isinstance(value, dict) else value
-            stack.extend((child, depth + 1) for child in children)
-    return deepest
-
-
-def _module(r: _Reader, value: Any, where: str) -> ModuleRecord:
+def _module(r: _Validator, value: Any, where: str) -> ModuleRecord:
     record = r.obj(value, where, _MODULE_KEYS)
     return ModuleRecord(
         name=r.text(record["name"], f"{where}.name"),
@@ -797,7 +455,7 @@ def _module(r: _Reader, value: Any, where: str) -> ModuleRecord:
     )
 
 
-def _unique(r: _Reader, names: Sequence[str], what: str) -> None:
+def _unique(r: _Validator, names: Sequence[str], what: str) -> None:
     seen: set[str] = set()
     for name in names:
         if name in seen:
@@ -806,7 +464,7 @@ def _unique(r: _Reader, names: Sequence[str], what: str) -> None:
 
 
 def _payload(
-    r: _Reader, archive: zipfile.ZipFile, members: Mapping[str, zipfile.ZipInfo], item: _Listed
+    r: _Validator, archive: zipfile.ZipFile, members: Mapping[str, zipfile.ZipInfo], item: _Listed
 ) -> bytes:
     """A listed member's bytes, checked against the size and sha256 the manifest gives."""
     info = members.get(item.member)
@@ -834,7 +492,7 @@ def loads(
     and its version, then the manifest's fields, then every member against
     what the manifest says about it.
     """
-    r = _Reader(path)
+    r = _Validator(path)
     with _open(r, data) as archive:
         members = _members(r, archive, member_size_limit)
         if MANIFEST not in members:
@@ -899,7 +557,7 @@ def read_artifact(path: Path) -> Artifact:
     if not path.is_file():
         raise ArtifactError("not a file", path=where)
     try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | NOFOLLOW)
         with os.fdopen(fd, "rb") as stream:
             status = os.fstat(stream.fileno())
             if not stat.S_ISREG(status.st_mode):
