@@ -24,7 +24,9 @@ from ppy.artifact.entry import Entry
 from ppy.artifact.model import Artifact, ModuleRecord
 from ppy.artifact.read import read_artifact
 from ppy.artifact.write import write_artifact
-from ppy.kinds.entries import Captured, JaxExport, KindError, Variant, XlaScalar
+from ppy.kinds.base import KindError
+from ppy.kinds.jax_export import Captured, JaxExport, Variant
+from ppy.kinds.xla_scalar import XlaScalar
 from ppy.spec import MeshSpec, TensorSpec
 
 PACKAGES = Path(__file__).resolve().parents[2] / "packages"

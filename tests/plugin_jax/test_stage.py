@@ -16,7 +16,7 @@ import pytest
 from jax import export
 from ppy.artifact.entry import Entry
 from ppy.discovery.reader import discover_module
-from ppy.kinds.entries import JaxExport
+from ppy.kinds.jax_export import JaxExport
 from ppy.plugin import StageFailure, StageRequest, StageTarget
 from ppy_plugin_jax.plugin import JaxExportPlugin
 

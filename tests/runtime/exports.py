@@ -14,7 +14,7 @@ from typing import Any
 import jax
 import jaxlib
 from ppy.artifact.entry import Entry
-from ppy.kinds.entries import JaxExport, Variant
+from ppy.kinds.jax_export import JaxExport, Variant
 from ppy.kinds.pytrees import recipe, structure
 from ppy.spec import Dim, TensorSpec
 

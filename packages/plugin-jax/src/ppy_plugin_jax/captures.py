@@ -3,7 +3,7 @@
 A trace reads module globals: directly (``W``), through a project module
 (``helper.K``), and through the project functions it calls, which read their
 own. Each is baked into the export as the value it had at build time, so
-each is recorded here as a ``ppy.kinds.Captured``: the path from the staged
+each is recorded here as a ``ppy.kinds.jax_export.Captured``: the path from the staged
 function to the value, and the value's fingerprint (``ppy.kinds.fingerprint``). The runtime
 follows the same path in the running program and compares.
 
@@ -35,8 +35,8 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ppy.kinds.entries import Captured
 from ppy.kinds.fingerprint import DEFAULTS, Unreadable, defaults, fingerprint, python_function
+from ppy.kinds.jax_export import Captured
 
 __all__ = ["Refused", "captures"]
 

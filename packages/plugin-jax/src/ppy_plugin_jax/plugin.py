@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from ppy.config import Setting, validate_table
 from ppy.decision import Check
-from ppy.kinds.entries import JaxExport
 from ppy.kinds.fingerprint import DEFAULT_LIMIT
+from ppy.kinds.jax_export import JaxExport
 from ppy.plugin import Plugin, Requirements
 from ppy.spec import AXIS_TYPES, MeshSpec
 

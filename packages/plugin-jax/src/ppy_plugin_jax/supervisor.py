@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from ppy.artifact.entry import Entry
-from ppy.kinds.entries import JaxExport
 from ppy.kinds.fingerprint import DEFAULT_LIMIT
+from ppy.kinds.jax_export import JaxExport
 from ppy.plugin import StageFailure, StageRequest, StageTarget
 from ppy.spec import MeshSpec
 

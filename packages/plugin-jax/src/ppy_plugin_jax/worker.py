@@ -281,7 +281,7 @@ def _export_variants(
 ) -> dict[str, Any]:
     import jax
     from jax._src import config as jax_config
-    from ppy.kinds.entries import JaxExport
+    from ppy.kinds.jax_export import JaxExport
     from ppy.kinds.trace_config import read as read_config
 
     fn: Any = module
@@ -325,7 +325,7 @@ def _variant(
     """The export for one value of each static parameter, and its platforms."""
     import jax
     from jax import export
-    from ppy.kinds.entries import Variant
+    from ppy.kinds.jax_export import Variant
     from ppy.kinds.pytrees import Unrebuildable, recipe
     from ppy.spec import TensorSpec
 

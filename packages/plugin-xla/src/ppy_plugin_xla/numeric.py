@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ppy.kinds.entries import INT64_MAX as I64_MAX
-from ppy.kinds.entries import INT64_MIN as I64_MIN
-from ppy.kinds.entries import MIN_NORMAL_FLOAT64 as MIN_NORMAL
+from ppy.kinds.xla_scalar import INT64_MAX as I64_MAX
+from ppy.kinds.xla_scalar import INT64_MIN as I64_MIN
+from ppy.kinds.xla_scalar import MIN_NORMAL_FLOAT64 as MIN_NORMAL
 
 from ppy_plugin_xla.hlo import Builder, Value
 

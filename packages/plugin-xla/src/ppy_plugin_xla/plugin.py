@@ -17,7 +17,7 @@ from typing import Any
 from ppy.artifact.entry import Entry
 from ppy.decision import Check
 from ppy.discovery.records import FunctionInfo, ModuleInfo
-from ppy.kinds.entries import SCALAR_DTYPES, XlaScalar
+from ppy.kinds.xla_scalar import SCALAR_DTYPES, XlaScalar
 from ppy.plugin import Plugin, Requirements, Setting, StageFailure, StageRequest, validate_table
 from ppy.spec import TensorSpec
 

@@ -22,8 +22,8 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from ppy.kinds.entries import Captured
 from ppy.kinds.fingerprint import Unreadable, fingerprint, resolve
+from ppy.kinds.jax_export import Captured
 from ppy.kinds.trace_config import differences
 
 from ppy_runtime_pjrt.guard import Fallback

@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ppy.artifact.entry import Entry
-from ppy.kinds.entries import JaxExport, KindError, Variant
+from ppy.kinds.base import KindError
 from ppy.kinds.fingerprint import Unreadable, python_function
 from ppy.kinds.jax_compat import outside_window
+from ppy.kinds.jax_export import JaxExport, Variant
 from ppy.kinds.pytrees import Unrebuildable, rebuild, structure
 from ppy.runtime import ORIGINAL, ManagedRuntime, NotBound
 

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from ppy.artifact.entry import Entry
-from ppy.kinds.entries import INT64_MAX, INT64_MIN, MIN_NORMAL_FLOAT64, KindError, XlaScalar
+from ppy.kinds.base import KindError
+from ppy.kinds.xla_scalar import INT64_MAX, INT64_MIN, MIN_NORMAL_FLOAT64, XlaScalar
 from ppy.runtime import NotBound, Runtime
 
 __all__ = ["LoggedScalar", "ScalarRuntime", "StagedScalar"]

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ppy.cache import ExecutableCache, executable_key
-from ppy.kinds.entries import SCALAR_DTYPES, XlaScalar
+from ppy.kinds.xla_scalar import SCALAR_DTYPES, XlaScalar
 
 __all__ = ["ScalarExecutable", "compile_options"]
 

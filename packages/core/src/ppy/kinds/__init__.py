@@ -20,5 +20,5 @@ __getattr__ = reexport(
         "Variant",
         "XlaScalar",
     ],
-    ["entries"],
+    ["base", "xla_scalar", "jax_export"],
 )

@@ -1,0 +1,215 @@
+"""``jax.export``: a ``@jax.jit`` function serialized by ``jax.export``, variant by variant.
+
+The jax plugin writes it from its worker and the PJRT runtime reads it;
+neither imports the other. docs/kinds.md documents the fields, the members
+and the convention.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ppy.kinds.base import Fields, Kind, KindError, member
+from ppy.spec import MeshSpec, TensorSpec
+
+__all__ = ["Captured", "JaxExport", "Variant"]
+
+
+@dataclass(frozen=True)
+class Captured:
+    """A value the export's trace read from the program, as it was at build time."""
+
+    #: How to reach it from the staged function (``ppy.kinds.fingerprint.resolve``).
+    path: tuple[str, ...]
+    #: What to call it: ``helper.K``.
+    name: str
+    #: ``ppy.kinds.fingerprint.fingerprint`` of the value.
+    fingerprint: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": list(self.path), "name": self.name, "fingerprint": self.fingerprint}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One export of a ``jax.export`` entry: the function for one value of each
+    static parameter (a function with none has one variant).
+
+    The export is flat: it takes the leaves of the traced parameters'
+    pytrees, in order, as positional arrays, and returns the leaves of the
+    output. ``in_tree`` is the ``ppy.kinds.pytrees.structure`` of the traced
+    parameters (a tuple of them, in signature order) and ``out_tree`` the
+    ``ppy.kinds.pytrees.recipe`` of the output.
+    """
+
+    #: Static parameter name -> its value (a JSON literal).
+    static: Mapping[str, Any]
+    in_tree: str
+    out_tree: Any
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    calling_convention_version: int
+    nr_devices: int
+    uses_shape_polymorphism: bool
+    export: bytes
+    stablehlo: bytes
+
+    @staticmethod
+    def members(index: int) -> tuple[str, str]:
+        """The payload members of the variant at ``index``: its export and its text."""
+        return ("export", "stablehlo") if index == 0 else (f"export.{index}", f"stablehlo.{index}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "static": dict(self.static),
+            "in_tree": self.in_tree,
+            "out_tree": self.out_tree,
+            "inputs": [s.to_json() for s in self.inputs],
+            "outputs": [s.to_json() for s in self.outputs],
+            "calling_convention_version": self.calling_convention_version,
+            "nr_devices": self.nr_devices,
+            "uses_shape_polymorphism": self.uses_shape_polymorphism,
+        }
+
+
+@dataclass(frozen=True)
+class JaxExport(Kind):
+    """A ``@jax.jit`` function serialized by ``jax.export`` in the jax plugin's worker.
+
+    ``traced`` names the parameters whose values the exports take (as the
+    leaves of their pytrees), ``static`` the ones each ``Variant`` was traced
+    for one value of. ``calling_convention_version`` in a variant is jax's
+    own (of the export), ``calling_convention`` this contract's.
+    ``captures`` are the values the trace read from the program's globals,
+    and ``trace_config`` the jax configuration it ran under: the staged path
+    is taken only while both still hold.
+    """
+
+    KIND: ClassVar[str] = "jax.export"
+    #: Per variant (``Variant.members``): ``export``, the
+    #: ``jax.export.Exported.serialize()`` bytes; ``stablehlo``, the module's
+    #: text, UTF-8, for people and tools (the runtime reads ``export``).
+    MEMBERS: ClassVar[tuple[str, ...]] = ("export", "stablehlo")
+    CONVENTION: ClassVar[int] = 4
+    #: How the inputs are laid out: on one device, or over ``mesh``.
+    IN_SHARDINGS: ClassVar[tuple[str, ...]] = ("replicated", "mesh")
+    #: The most variants one entry holds (the product of its static choices).
+    MAX_VARIANTS: ClassVar[int] = 16
+
+    jax_version: str
+    jaxlib_version: str
+    traced: tuple[str, ...]
+    static: tuple[str, ...]
+    variants: tuple[Variant, ...]
+    captures: tuple[Captured, ...] = ()
+    #: jax config name -> the value's repr, as the trace saw it.
+    trace_config: Mapping[str, str] = field(default_factory=dict)
+    #: The mesh a sharded export was made for; None for one device.
+    mesh: MeshSpec | None = None
+
+    def to_metadata(self) -> dict[str, Any]:
+        return {
+            "calling_convention": self.CONVENTION,
+            "captures": [c.to_json() for c in self.captures],
+            "trace_config": dict(sorted(self.trace_config.items())),
+            "in_shardings": "replicated" if self.mesh is None else "mesh",
+            "mesh": None if self.mesh is None else self.mesh.to_json(),
+            "jax_version": self.jax_version,
+            "jaxlib_version": self.jaxlib_version,
+            "traced": list(self.traced),
+            "static": list(self.static),
+            "variants": [v.to_json() for v in self.variants],
+        }
+
+    def to_payload(self) -> dict[str, bytes]:
+        payload: dict[str, bytes] = {}
+        for index, variant in enumerate(self.variants):
+            export, text = Variant.members(index)
+            payload[export] = variant.export
+            payload[text] = variant.stablehlo
+        return payload
+
+    @classmethod
+    def _from_fields(cls, fields: Fields, payload: Mapping[str, bytes]) -> JaxExport:
+        shardings = fields.text("in_shardings")
+        if shardings not in cls.IN_SHARDINGS:
+            raise KindError(
+                cls.KIND,
+                "metadata.in_shardings",
+                f"is {shardings!r}; this ppy reads {' or '.join(cls.IN_SHARDINGS)} only",
+            )
+        mesh = fields.mesh("mesh", required=shardings == "mesh")
+        static = fields.texts("static")
+        raw = fields.get("variants")
+        if not isinstance(raw, list) or not 1 <= len(raw) <= cls.MAX_VARIANTS:
+            raise fields.wrong("variants", raw, f"a list of 1 to {cls.MAX_VARIANTS} variants")
+        variants = tuple(
+            _variant(item, index, set(static), payload) for index, item in enumerate(raw)
+        )
+        return cls(
+            jax_version=fields.text("jax_version"),
+            jaxlib_version=fields.text("jaxlib_version"),
+            traced=fields.texts("traced"),
+            static=static,
+            variants=variants,
+            captures=_captures(fields, "captures"),
+            trace_config=fields.text_map("trace_config"),
+            mesh=mesh,
+        )
+
+
+_VARIANT_KEYS = frozenset(Variant.__dataclass_fields__) - {"export", "stablehlo"}
+
+
+def _variant(item: Any, index: int, static: set[str], payload: Mapping[str, bytes]) -> Variant:
+    kind = JaxExport.KIND
+    where = f"variants[{index}]"
+    if not isinstance(item, Mapping) or set(item) != _VARIANT_KEYS:
+        raise KindError(kind, f"metadata.{where}", f"must have exactly {sorted(_VARIANT_KEYS)}")
+    fields = Fields(kind, {f"{where}.{k}": v for k, v in item.items()})
+    values = item["static"]
+    if not isinstance(values, Mapping) or set(values) != static:
+        raise KindError(
+            kind, f"metadata.{where}.static", f"must give a value to each of {sorted(static)}"
+        )
+    specs: dict[str, tuple[TensorSpec, ...]] = {}
+    for name in ("inputs", "outputs"):
+        raw = item[name]
+        try:
+            specs[name] = tuple(TensorSpec.from_json(s) for s in raw)
+        except (TypeError, ValueError, KeyError) as error:
+            raise KindError(kind, f"metadata.{where}.{name}", f"does not read: {error}") from None
+    export, text = Variant.members(index)
+    return Variant(
+        static=dict(values),
+        in_tree=fields.text(f"{where}.in_tree"),
+        out_tree=item["out_tree"],
+        inputs=specs["inputs"],
+        outputs=specs["outputs"],
+        calling_convention_version=fields.integer(f"{where}.calling_convention_version"),
+        nr_devices=fields.integer(f"{where}.nr_devices"),
+        uses_shape_polymorphism=fields.flag(f"{where}.uses_shape_polymorphism"),
+        export=member(payload, kind, export),
+        stablehlo=member(payload, kind, text),
+    )
+
+
+def _captures(fields: Fields, key: str) -> tuple[Captured, ...]:
+    """``metadata.captures``: the values the trace read, each with its path and fingerprint."""
+    value = fields.get(key)
+    found = []
+    for item in value if isinstance(value, list) else [None]:
+        if not (isinstance(item, Mapping) and set(item) == {"path", "name", "fingerprint"}):
+            raise fields.wrong(key, item, "a list of {path, name, fingerprint}")
+        path, name, digest = item["path"], item["name"], item["fingerprint"]
+        if not (
+            isinstance(path, list)
+            and all(isinstance(step, str) for step in path)
+            and isinstance(name, str)
+            and isinstance(digest, str)
+        ):
+            raise fields.wrong(key, item, "a list of {path, name, fingerprint}")
+        found.append(Captured(tuple(path), name, digest))
+    return tuple(found)
