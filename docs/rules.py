@@ -73,7 +73,7 @@ def _plugins() -> dict[str, object]:
 
 def _decide(rule: str, pyproject: str, source: str) -> tuple[str, str, str]:
     from ppy.config import load_config
-    from ppy.discovery.reader import discover_source
+    from ppy.discovery.module import discover_source
     from ppy.policy import decide
 
     plugins = {} if rule == "no-plugin" else _plugins()

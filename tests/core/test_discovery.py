@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from ppy.discovery.reader import discover_module, discover_source
+from ppy.discovery.module import discover_module, discover_source
 from ppy.discovery.records import ArraySpec, FunctionInfo, ModuleInfo
 from ppy.layout import find_sources, module_name
 

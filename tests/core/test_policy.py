@@ -16,7 +16,7 @@ import pytest
 from ppy.artifact.entry import Entry
 from ppy.config import Config, load_config
 from ppy.decision import Check, Decision, Outcome
-from ppy.discovery.reader import discover_source
+from ppy.discovery.module import discover_source
 from ppy.discovery.records import FunctionInfo, ModuleInfo
 from ppy.plugin import Plugin, Requirements, StageFailure, StageRequest
 from ppy.policy import RULES, decide, decide_module, stageable_decorator

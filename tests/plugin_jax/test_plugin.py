@@ -9,7 +9,7 @@ import textwrap
 from importlib import metadata
 
 import pytest
-from ppy.discovery.reader import discover_source
+from ppy.discovery.module import discover_source
 from ppy.discovery.records import FunctionInfo
 from ppy.errors import ConfigError
 from ppy.plugin import Plugin

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from jax import export
 from ppy.artifact.entry import Entry
-from ppy.discovery.reader import discover_module
+from ppy.discovery.module import discover_module
 from ppy.kinds.jax_export import JaxExport
 from ppy.plugin import StageFailure, StageRequest, StageTarget
 from ppy_plugin_jax.plugin import JaxExportPlugin

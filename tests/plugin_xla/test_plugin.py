@@ -7,7 +7,7 @@ import sys
 import textwrap
 
 import pytest
-from ppy.discovery.reader import discover_source
+from ppy.discovery.module import discover_source
 from ppy.errors import ConfigError
 from ppy.plugin import Plugin, StageRequest, StageTarget
 from ppy_plugin_xla.plugin import XlaScalarPlugin
@@ -137,7 +137,7 @@ def test_the_compiler_never_imports_jax() -> None:
     program = textwrap.dedent(
         '''
         import sys
-        from ppy.discovery.reader import discover_source
+        from ppy.discovery.module import discover_source
         from ppy_plugin_xla.plugin import XlaScalarPlugin
         source = """
         import math

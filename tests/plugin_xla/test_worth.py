@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from ppy.discovery.reader import discover_source
+from ppy.discovery.module import discover_source
 from ppy_plugin_xla.plugin import XlaScalarPlugin
 from ppy_plugin_xla.worth import STAGED_CALL_US
 

@@ -205,6 +205,6 @@ class _Builder:
 
 @lru_cache(maxsize=64)
 def _classes(root: str, path: str) -> dict[str, ClassInfo]:
-    from ppy.discovery.reader import discover_module
+    from ppy.discovery.module import discover_module
 
     return discover_module(Path(root), Path(path)).classes

@@ -24,7 +24,7 @@ from ppy.artifact.read import ArtifactError, read_artifact
 from ppy.artifact.write import write_artifact
 from ppy.config import Config, load_config
 from ppy.decision import Check, Decision, Outcome
-from ppy.discovery.reader import discover_module
+from ppy.discovery.module import discover_module
 from ppy.artifact.entry import Entry
 from ppy.errors import ConfigError
 from ppy.build.freshness import stage_key

@@ -8,5 +8,7 @@ for one release (``ppy._moved``); import them from their modules instead.
 from ppy._moved import reexport
 
 __getattr__ = reexport(
-    "ppy.discovery", ["TRANSFORMS", "discover_module", "discover_source"], ["reader"]
+    "ppy.discovery",
+    ["TRANSFORMS", "discover_module", "discover_source"],
+    ["module", "differentiation"],
 )

@@ -1,0 +1,224 @@
+"""The functions and classes a module defines, with what their signatures describe.
+
+Functions are read at every depth (module level, methods, functions defined
+inside functions) and named as Python names them (``minimize.<locals>.update``),
+so policy can say why a nested one stays; classes at module level, with the
+form (NamedTuple, TypedDict, dataclass) that makes their fields a pytree.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from ppy.discovery.imports import Names, module_statements
+from ppy.discovery.records import (
+    ClassInfo,
+    Decorator,
+    Differentiation,
+    FunctionInfo,
+    Parameter,
+    ParameterKind,
+    Scope,
+)
+from ppy.discovery.specs import Specs
+
+__all__ = ["PARTIAL", "Definition", "Definitions"]
+
+PARTIAL: Final = frozenset({"functools.partial"})
+
+_CLASS_VAR: Final = frozenset({"typing.ClassVar", "typing_extensions.ClassVar"})
+_NAMED_TUPLE: Final = frozenset({"typing.NamedTuple", "typing_extensions.NamedTuple"})
+_TYPED_DICT: Final = frozenset({"typing.TypedDict", "typing_extensions.TypedDict"})
+_STATIC_KEYWORDS: Final = ("static_argnums", "static_argnames")
+
+
+@dataclass
+class Definition:
+    node: ast.FunctionDef | ast.AsyncFunctionDef
+    qualname: str
+    scope: Scope
+    #: Names of functions defined directly in this function's body.
+    local: dict[str, str] = field(default_factory=dict)
+
+
+class Definitions:
+    """Every function definition of a module, in source order, and its classes."""
+
+    def __init__(
+        self, tree: ast.Module, names: Names, specs: Specs, *, module: str, path: str
+    ) -> None:
+        self.tree = tree
+        self.names = names
+        self.specs = specs
+        self.module = module
+        self.path = path
+        self.defs: list[Definition] = []
+        #: Module-level function name -> its qualname (the first definition wins).
+        self.module_functions: dict[str, str] = {}
+        self._collect(tree.body, prefix="", scope="module", owner=None)
+
+    def resolve(self, node: ast.expr) -> str | None:
+        return self.names.resolve(node)
+
+    def _collect(
+        self, body: Sequence[ast.stmt], *, prefix: str, scope: Scope, owner: Definition | None
+    ) -> None:
+        statements = module_statements(body) if scope == "module" else iter(body)
+        for statement in statements:
+            if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
+                qualname = f"{prefix}{statement.name}"
+                record = Definition(statement, qualname, scope)
+                self.defs.append(record)
+                if scope == "module":
+                    self.module_functions.setdefault(statement.name, qualname)
+                if owner is not None:
+                    owner.local.setdefault(statement.name, qualname)
+                inner = f"{qualname}.<locals>."
+                self._collect(statement.body, prefix=inner, scope="nested", owner=record)
+            elif isinstance(statement, ast.ClassDef):
+                inner_scope: Scope = "method" if scope == "module" else "nested"
+                self._collect_class(statement, f"{prefix}{statement.name}.", inner_scope)
+            elif scope != "module":
+                for child in _nested_blocks(statement):
+                    self._collect(child, prefix=prefix, scope=scope, owner=owner)
+
+    def _collect_class(self, node: ast.ClassDef, prefix: str, scope: Scope) -> None:
+        for statement in _class_statements(node.body):
+            if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
+                qualname = f"{prefix}{statement.name}"
+                record = Definition(statement, qualname, scope)
+                self.defs.append(record)
+                self._collect(
+                    statement.body, prefix=f"{qualname}.<locals>.", scope="nested", owner=record
+                )
+            elif isinstance(statement, ast.ClassDef):
+                self._collect_class(statement, f"{prefix}{statement.name}.", scope)
+
+    def functions(self, differentiated: Mapping[str, Differentiation]) -> tuple[FunctionInfo, ...]:
+        """Each function, module-level ones first, then in source order."""
+        ordered = sorted(
+            self.defs, key=lambda d: (d.scope != "module", d.node.lineno, d.node.col_offset)
+        )
+        return tuple(self._function(d, differentiated.get(d.qualname)) for d in ordered)
+
+    def _function(self, record: Definition, differentiated: Differentiation | None) -> FunctionInfo:
+        node = record.node
+        return FunctionInfo(
+            module=self.module,
+            qualname=record.qualname,
+            path=self.path,
+            lineno=node.lineno,
+            decorators=tuple(self._decorator(d) for d in node.decorator_list),
+            parameters=tuple(self._parameters(node.args)),
+            returns=ast.unparse(node.returns) if node.returns is not None else None,
+            scope=record.scope,
+            differentiated=differentiated,
+            rebound=self._rebound(record),
+        )
+
+    def _rebound(self, record: Definition) -> tuple[int, ...]:
+        if record.scope != "module":
+            return ()
+        lines = self.names.bindings.get(record.node.name, [])
+        return tuple(line for line in lines if line != record.node.lineno)
+
+    def _decorator(self, node: ast.expr) -> Decorator:
+        if isinstance(node, ast.Call):
+            func = self.resolve(node.func)
+            keywords = tuple(k.arg or "**" for k in node.keywords)
+            static = _static(node)
+            if func in PARTIAL and node.args:
+                inner = self.resolve(node.args[0]) or ast.unparse(node.args[0])
+                return Decorator(
+                    inner, node.lineno, keywords, called=len(node.args) > 1, static=static
+                )
+            name = func or ast.unparse(node.func)
+            return Decorator(name, node.lineno, keywords, called=bool(node.args), static=static)
+        return Decorator(self.resolve(node) or ast.unparse(node), node.lineno)
+
+    def _parameters(self, args: ast.arguments) -> Iterator[Parameter]:
+        positional = [*args.posonlyargs, *args.args]
+        first_default = len(positional) - len(args.defaults)
+        for index, arg in enumerate(positional):
+            yield self._parameter(arg, "positional", index >= first_default)
+        if args.vararg is not None:
+            yield self._parameter(args.vararg, "var_positional", False)
+        for arg, default in zip(args.kwonlyargs, args.kw_defaults, strict=True):
+            yield self._parameter(arg, "keyword_only", default is not None)
+        if args.kwarg is not None:
+            yield self._parameter(args.kwarg, "var_keyword", False)
+
+    def _parameter(self, arg: ast.arg, kind: ParameterKind, has_default: bool) -> Parameter:
+        return self.specs.describe(arg.arg, kind, arg.annotation, has_default)
+
+    def classes(self) -> dict[str, ClassInfo]:
+        """Every module-level class, with the form that makes its fields a tree."""
+        found: dict[str, ClassInfo] = {}
+        for statement in module_statements(self.tree.body):
+            if isinstance(statement, ast.ClassDef):
+                found.setdefault(statement.name, self._class(statement))
+        return found
+
+    def _class(self, node: ast.ClassDef) -> ClassInfo:
+        bases = {self.resolve(base) for base in node.bases}
+        decorators = {
+            self.resolve(d.func if isinstance(d, ast.Call) else d) or ""
+            for d in node.decorator_list
+        }
+        form: Literal["namedtuple", "typeddict", "dataclass"] | None = None
+        if bases & _NAMED_TUPLE:
+            form = "namedtuple"
+        elif bases & _TYPED_DICT:
+            form = "typeddict"
+        elif any(name.rpartition(".")[2] == "dataclass" for name in decorators):
+            form = "dataclass"
+        fields = tuple(
+            self.specs.describe(s.target.id, "positional", s.annotation, s.value is not None)
+            for s in _class_statements(node.body)
+            if isinstance(s, ast.AnnAssign)
+            and isinstance(s.target, ast.Name)
+            and self.resolve(_unsubscript(s.annotation)) not in _CLASS_VAR
+        )
+        return ClassInfo(node.name, node.lineno, form, fields)
+
+
+def _static(call: ast.Call) -> tuple[int | str, ...]:
+    """The literal ``static_argnums`` and ``static_argnames`` of a decorator call."""
+    found: list[int | str] = []
+    for keyword in call.keywords:
+        if keyword.arg not in _STATIC_KEYWORDS:
+            continue
+        try:
+            value = ast.literal_eval(keyword.value)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            continue
+        items = value if isinstance(value, tuple | list) else [value]
+        found.extend(v for v in items if isinstance(v, int | str) and not isinstance(v, bool))
+    return tuple(found)
+
+
+def _nested_blocks(statement: ast.stmt) -> Iterator[Sequence[ast.stmt]]:
+    """The statement lists inside a compound statement of a function body."""
+    for name in ("body", "orelse", "finalbody"):
+        block = getattr(statement, name, None)
+        if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+            yield block
+    for handler in getattr(statement, "handlers", ()):
+        yield handler.body
+    for case in getattr(statement, "cases", ()):
+        yield case.body
+
+
+def _class_statements(body: Sequence[ast.stmt]) -> Iterator[ast.stmt]:
+    for statement in body:
+        yield statement
+        if isinstance(statement, ast.If | ast.Try):
+            for block in _nested_blocks(statement):
+                yield from _class_statements(block)
+
+
+def _unsubscript(node: ast.expr) -> ast.expr:
+    return node.value if isinstance(node, ast.Subscript) else node

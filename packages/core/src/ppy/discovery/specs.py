@@ -1,0 +1,308 @@
+"""What an annotation describes: ``ppy.Shape``/``ppy.DType``/``ppy.Sharding`` inside
+``Annotated``, a jaxtyping annotation, ``ppy.Like``, a class of fields, a static flag.
+
+Read as text, through the module's aliases: nothing is imported, jaxtyping
+included. Each problem is kept with its ``file:line`` for the build to
+report, rather than raised, so one bad annotation refuses one function.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Final
+
+from ppy.annotations import check_axis, check_dim, check_dtype
+from ppy.discovery.imports import Names
+from ppy.discovery.records import ArraySpec, Parameter, ParameterKind
+from ppy.spec import Axis
+
+__all__ = ["Specs"]
+
+_ANNOTATED: Final = frozenset({"typing.Annotated", "typing_extensions.Annotated"})
+_SHAPE: Final = frozenset({"ppy.Shape", "ppy.annotations.Shape"})
+_DTYPE: Final = frozenset({"ppy.DType", "ppy.annotations.DType"})
+_LIKE: Final = frozenset({"ppy.Like", "ppy.annotations.Like"})
+_SHARDING: Final = frozenset({"ppy.Sharding", "ppy.annotations.Sharding"})
+
+_LITERAL: Final = frozenset({"typing.Literal", "typing_extensions.Literal"})
+
+#: Annotations that name something other than a class of described fields:
+#: arrays without a description, Python values, and the untyped.
+_NOT_A_TREE: Final = frozenset(
+    {
+        "jax.Array",
+        "jax.numpy.ndarray",
+        "numpy.ndarray",
+        "jaxtyping.Array",
+        "typing.Any",
+        "typing.Optional",
+        "typing.Union",
+        "object",
+        "int",
+        "float",
+        "complex",
+        "bool",
+        "str",
+        "bytes",
+        "dict",
+        "list",
+        "tuple",
+        "None",
+    }
+)
+#: jaxtyping's dtype annotations, by name: a dtype, or a family read as jax's
+#: default member of it (what ``jnp.zeros`` gives without x64).
+_JAXTYPING: Final[dict[str, str | None]] = {
+    "Float16": "float16",
+    "Float32": "float32",
+    "Float64": "float64",
+    "BFloat16": "bfloat16",
+    "Complex64": "complex64",
+    "Complex128": "complex128",
+    "Int8": "int8",
+    "Int16": "int16",
+    "Int32": "int32",
+    "Int64": "int64",
+    "UInt8": "uint8",
+    "UInt16": "uint16",
+    "UInt32": "uint32",
+    "UInt64": "uint64",
+    "Bool": "bool",
+    "Float": "float32",
+    "Int": "int32",
+    "Integer": "int32",
+    "UInt": "uint32",
+    "Complex": "complex64",
+    "Inexact": "float32",
+    "Num": None,
+    "Real": None,
+    "Shaped": None,
+    "Key": None,
+}
+
+_NOT_LITERAL: Final = "{marker} arguments must be literals so the build can read them"
+
+
+class Specs:
+    """Reads annotations into ``Parameter``s, resolving names through ``names``."""
+
+    def __init__(self, names: Names, path: str) -> None:
+        self.names = names
+        self.path = path
+
+    def resolve(self, node: ast.expr) -> str | None:
+        return self.names.resolve(node)
+
+    def describe(
+        self, name: str, kind: ParameterKind, annotation: ast.expr | None, has_default: bool
+    ) -> Parameter:
+        """A parameter or field with everything its annotation describes."""
+        if annotation is None:
+            return Parameter(name, kind, None, ArraySpec(None, None), has_default)
+        found = _SpecFound()
+        self._read_spec(annotation, found, seen=frozenset())
+        return Parameter(
+            name,
+            kind,
+            ast.unparse(annotation),
+            ArraySpec(
+                found.shape, found.dtype, tuple(found.problems), found.jaxtyping, found.sharding
+            ),
+            has_default,
+            like=found.like,
+            tree=found.tree,
+            choices=found.choices,
+        )
+
+    def spec(self, annotation: ast.expr) -> ArraySpec:
+        """The ppy metadata of an annotation, through Annotated and aliases."""
+        return self.describe("", "positional", annotation, False).spec
+
+    def _read_spec(self, node: ast.expr, found: _SpecFound, seen: frozenset[str]) -> None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            try:
+                node = ast.parse(node.value.strip(), mode="eval").body
+            except SyntaxError:
+                return
+        if isinstance(node, ast.Name) and node.id in self.names.types and node.id not in seen:
+            self._read_spec(self.names.types[node.id], found, seen | {node.id})
+            return
+        if isinstance(node, ast.Name | ast.Attribute):
+            self._read_name(node, found)
+            return
+        if not isinstance(node, ast.Subscript):
+            return
+        head = self.resolve(node.value)
+        if head in _LITERAL:
+            found.choices = _literal_values(node.slice)
+            return
+        if head is not None and head.startswith("jaxtyping."):
+            self._jaxtyping(node, head.rpartition(".")[2], found)
+            return
+        if head not in _ANNOTATED:
+            return
+        items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if not items:
+            return
+        self._read_spec(items[0], found, seen)
+        for item in items[1:]:
+            if isinstance(item, ast.Name) and isinstance(self.names.values.get(item.id), ast.Call):
+                item = self.names.values[item.id]  # F32 = ppy.DType("float32")
+            if not isinstance(item, ast.Call):
+                continue
+            marker = self.resolve(item.func)
+            if marker in _SHAPE:
+                found.shape, problems = self._shape(item)
+                found.problems.extend(problems)
+            elif marker in _DTYPE:
+                found.dtype, problems = self._dtype(item)
+                found.problems.extend(problems)
+            elif marker in _LIKE:
+                found.like, problems = self._like(item)
+                found.problems.extend(problems)
+            elif marker in _SHARDING:
+                found.sharding, problems = self._sharding(item)
+                found.problems.extend(problems)
+
+    def _read_name(self, node: ast.Name | ast.Attribute, found: _SpecFound) -> None:
+        """A plain name: ``bool`` (a flag), or a class that may describe a tree."""
+        name = self.resolve(node)
+        if name == "bool":
+            found.choices = (False, True)
+        elif name is not None and name not in _NOT_A_TREE and not name.startswith("jaxtyping."):
+            found.tree = ast.unparse(node)
+
+    def _jaxtyping(self, node: ast.Subscript, dtype_name: str, found: _SpecFound) -> None:
+        """``Float32[Array, "B 4"]``: dims from the string, dtype from the name."""
+        where = f"{self._where(node)}: {ast.unparse(node)}"
+        items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if dtype_name not in _JAXTYPING or len(items) != 2:
+            return
+        dims_node = items[1]
+        if not (isinstance(dims_node, ast.Constant) and isinstance(dims_node.value, str)):
+            found.problems.append(f"{where}: the dims must be a literal string")
+            return
+        dtype = _JAXTYPING[dtype_name]
+        if dtype is None:
+            found.problems.append(
+                f"{where}: jaxtyping's {dtype_name} allows several dtypes; name one "
+                "(Float32, Int32, ...) so the export has one"
+            )
+        dims: list[int | str] = []
+        for axis, token in enumerate(dims_node.value.split()):
+            dim = _jaxtyping_dim(token)
+            if dim is None:
+                found.problems.append(
+                    f"{where}: axis {axis} {token!r} is not exportable; use a name (a "
+                    "symbolic dim) or an int (a fixed one), not ..., *name, #name or _"
+                )
+            else:
+                dims.append(dim)
+        if len(found.problems) == 0:
+            found.shape, found.dtype, found.jaxtyping = tuple(dims), dtype, True
+
+    def _like(self, call: ast.Call) -> tuple[str | None, list[str]]:
+        if len(call.args) == 1 and not call.keywords:
+            arg = call.args[0]
+            if isinstance(arg, ast.Name):
+                return arg.id, []
+            if (
+                isinstance(arg, ast.Constant)
+                and isinstance(arg.value, str)
+                and arg.value.isidentifier()
+            ):
+                return arg.value, []
+        return None, [
+            f"{self._where(call)}: ppy.Like takes one module-level function, by itself or "
+            f"by its name as a string: {ast.unparse(call)}"
+        ]
+
+    def _where(self, node: ast.expr) -> str:
+        return f"{self.path}:{node.lineno}"
+
+    def _literals(self, call: ast.Call) -> list[object] | None:
+        if call.keywords or any(isinstance(a, ast.Starred) for a in call.args):
+            return None
+        values: list[object] = []
+        for arg in call.args:
+            try:
+                values.append(ast.literal_eval(arg))
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                return None
+        return values
+
+    def _shape(self, call: ast.Call) -> tuple[tuple[int | str, ...] | None, list[str]]:
+        values = self._literals(call)
+        if values is None:
+            message = _NOT_LITERAL.format(marker="ppy.Shape")
+            return None, [f"{self._where(call)}: {message}: {ast.unparse(call)}"]
+        dims: list[int | str] = []
+        problems: list[str] = []
+        for value in values:
+            try:
+                dims.append(check_dim(value))
+            except ValueError as error:
+                problems.append(f"{self._where(call)}: {error}")
+        return (None if problems else tuple(dims)), problems
+
+    def _sharding(self, call: ast.Call) -> tuple[tuple[Axis, ...] | None, list[str]]:
+        values = self._literals(call)
+        if values is None:
+            message = _NOT_LITERAL.format(marker="ppy.Sharding")
+            return None, [f"{self._where(call)}: {message}: {ast.unparse(call)}"]
+        try:
+            return tuple(check_axis(value) for value in values), []
+        except ValueError as error:
+            return None, [f"{self._where(call)}: {error}"]
+
+    def _dtype(self, call: ast.Call) -> tuple[str | None, list[str]]:
+        values = self._literals(call)
+        if values is None:
+            message = _NOT_LITERAL.format(marker="ppy.DType")
+            return None, [f"{self._where(call)}: {message}: {ast.unparse(call)}"]
+        if len(values) != 1:
+            return None, [
+                f"{self._where(call)}: ppy.DType takes one dtype name, "
+                f"got {len(values)} arguments: {ast.unparse(call)}"
+            ]
+        try:
+            return check_dtype(values[0]), []
+        except ValueError as error:
+            return None, [f"{self._where(call)}: {error}"]
+
+
+@dataclass
+class _SpecFound:
+    shape: tuple[int | str, ...] | None = None
+    dtype: str | None = None
+    like: str | None = None
+    tree: str | None = None
+    choices: tuple[object, ...] | None = None
+    jaxtyping: bool = False
+    sharding: tuple[Axis, ...] | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+def _literal_values(node: ast.expr) -> tuple[object, ...] | None:
+    """``Literal["a", 1]``'s values, or None if one is not a hashable literal."""
+    items = node.elts if isinstance(node, ast.Tuple) else [node]
+    values: list[object] = []
+    for item in items:
+        try:
+            value = ast.literal_eval(item)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return None
+        if not isinstance(value, str | int | bool | bytes | type(None)):
+            return None
+        values.append(value)
+    return tuple(values)
+
+
+def _jaxtyping_dim(token: str) -> int | str | None:
+    """One axis of a jaxtyping dims string: an int, a name, or None if not exportable."""
+    if token.isdigit():
+        return int(token)
+    if token.isidentifier() and token != "_":
+        return token
+    return None
