@@ -19,23 +19,23 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ppy.artifact.entry import Entry
+from ppy.artifact.lock import build_lock
 from ppy.artifact.model import Artifact, ModuleRecord
 from ppy.artifact.read import ArtifactError, read_artifact
 from ppy.artifact.write import write_artifact
+from ppy.build.freshness import stage_key
 from ppy.config import Config, load_config
 from ppy.decision import Check, Decision, Outcome
 from ppy.discovery.module import discover_module
-from ppy.artifact.entry import Entry
+from ppy.discovery.records import ModuleInfo
 from ppy.errors import ConfigError
-from ppy.build.freshness import stage_key
 from ppy.kinds.jax_compat import entry_outside_window, installed_jaxlib
 from ppy.layout import find_sources
-from ppy.artifact.lock import build_lock
 from ppy.log import get_logger
 from ppy.plugin import KNOWN_DECORATORS, Plugin, StageFailure, StageRequest, StageTarget
 from ppy.policy import decide_module
 from ppy.registry import Registry, by_decorator, load_plugins
-from ppy.discovery.records import ModuleInfo
 
 __all__ = ["BuildResult", "Project", "build", "build_project", "load_project", "read_previous"]
 

@@ -4,10 +4,13 @@ An artifact entry is generic (``ppy.artifact.entry.Entry``: a kind, payload byte
 JSON metadata mapping), so that a third party's kind needs nothing from core.
 The two kinds ppy's own plugins write, ``jax.export`` and ``xla.scalar``, are
 contracts between a plugin and a runtime that never import each other; each
-is declared here once -- its name, payload members, metadata fields and
-calling-convention version -- and both sides go through ``to_metadata`` and
-``read``. A constant that both sides need (the scalar types, the int64
-range) lives here too, so that there is nothing to keep in step by hand.
+is declared once, in a module of its own (``ppy.kinds.jax_export``,
+``ppy.kinds.xla_scalar``) -- its name, payload members, metadata fields and
+calling-convention version, and the constants both sides need -- and both
+sides go through ``to_metadata`` and ``read``, so that there is nothing to
+keep in step by hand. This module holds what the kinds share: ``Kind``,
+which checks the kind and the calling convention once for all of them,
+``Fields``, which reads the metadata, and ``KindError``.
 
 The calling convention is the version of the contract: how the payload is
 laid out and what the metadata means. A runtime binds only the convention it
