@@ -120,6 +120,7 @@ class _Builder:
         shape: Any = tuple(dims)
         if any(isinstance(d, str) for d in dims):
             shape = export.symbolic_shape(", ".join(str(d) for d in dims), scope=self.scope)
+        # jax leaves ShapeDtypeStruct's constructor unannotated (here and in ``like``).
         leaf = jax.ShapeDtypeStruct(shape, jnp.dtype(array["dtype"]))  # type: ignore[no-untyped-call]
         self.written[id(leaf)] = list(dims)
         return leaf

@@ -56,6 +56,7 @@ def place(
         axes: tuple[Axis, ...] = spec["sharding"]
         _check(spec["name"], axes, len(leaf.shape), mesh)
         _divides(spec, leaf.shape, mesh)
+        # jax leaves the constructors of PartitionSpec and ShapeDtypeStruct unannotated.
         sharding = NamedSharding(over, PartitionSpec(*axes))  # type: ignore[no-untyped-call]
         placed.append(jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding))  # type: ignore[no-untyped-call]
     return placed

@@ -58,6 +58,7 @@ def fast_call(compiled: Any) -> Callable[..., Any]:
     executable = getattr(compiled, "_executable", None)
     params = getattr(compiled, "_params", None)
     make = getattr(executable, "create_cpp_call", None)
+    # ``compiled`` is a jax Compiled, callable; ``call`` is jaxlib's.
     if make is None or params is None:
         return compiled  # type: ignore[no-any-return]
     call = make(params)

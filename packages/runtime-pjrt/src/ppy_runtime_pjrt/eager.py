@@ -83,7 +83,7 @@ def uninstall() -> None:
     pjit = sys.modules.get("jax._src.pjit")
     call = getattr(pjit, "_pjit_call_impl_python", None)
     if call is not None and getattr(call, _MARK, False):
-        pjit._pjit_call_impl_python = call.__wrapped__  # type: ignore[union-attr]
+        pjit._pjit_call_impl_python = call.__wrapped__  # type: ignore[union-attr]  # call implies pjit
 
 
 def produced(executable: Any, data: bytes) -> None:
@@ -421,6 +421,7 @@ def _pickler(file: io.BytesIO, executable: Any, data: bytes) -> Any:
     """jax's executable pickler, writing ``executable`` as ``data``."""
     from jax.experimental import serialize_executable
 
+    # private: the pickler module's own imports of jaxlib, and its untyped methods.
     executables = (
         serialize_executable.xc.LoadedExecutable,  # type: ignore[attr-defined]
         serialize_executable._jax.Executable,  # type: ignore[attr-defined]

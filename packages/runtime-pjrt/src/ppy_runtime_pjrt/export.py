@@ -217,6 +217,7 @@ class StagedFunction:
             bound = _logged(bound, self)
         functools.update_wrapper(bound, self.original)
         # As jax's own: ``score.__wrapped__`` is the Python function jit wraps.
+        # (mypy does not let attributes be set on a function: the ignores below.)
         bound.__wrapped__ = function  # type: ignore[attr-defined]
         for name in _FORWARDED:
             value = getattr(self.original, name, None)
@@ -288,7 +289,7 @@ class StagedFunction:
         jax_miss = getattr(route.call, "_cache_miss", None)
         if jax_miss is None:  # a Compiled with no C++ call of its own
             return route.call(*route.args, **route.kwargs), None, False
-        return jax_miss(*route.args, **route.kwargs)  # type: ignore[no-any-return]
+        return jax_miss(*route.args, **route.kwargs)  # type: ignore[no-any-return]  # jax's own miss
 
     def _executable(
         self,
@@ -366,6 +367,7 @@ def _shape_of(leaf: Any, *, mesh: Any = None) -> Any:
 
     if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
         sharding = getattr(leaf, "sharding", None)
+        # jax leaves the constructors of PartitionSpec and ShapeDtypeStruct unannotated.
         if not isinstance(sharding, NamedSharding) and mesh is not None:
             sharding = NamedSharding(mesh, PartitionSpec())  # type: ignore[no-untyped-call]
         if isinstance(sharding, NamedSharding):

@@ -60,6 +60,7 @@ class _Then(importlib.abc.Loader):
         self.callback = callback
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        # The wrapped loader is whatever object the usual finders returned.
         return self.loader.create_module(spec)  # type: ignore[no-any-return]
 
     def exec_module(self, module: ModuleType) -> None:

@@ -81,7 +81,7 @@ class ScalarExecutable:
     ) -> None:
         import numpy as np
         from jax._src import core, sharding_impls, xla_bridge
-        from jax._src.lib import _jax  # type: ignore[attr-defined]
+        from jax._src.lib import _jax  # type: ignore[attr-defined]  # private: jaxlib's C++
 
         backend = xla_bridge.get_backend("cpu")
         self.device = backend.devices()[0]

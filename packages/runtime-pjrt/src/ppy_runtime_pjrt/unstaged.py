@@ -112,7 +112,7 @@ def uninstall() -> None:
     compiler = sys.modules.get("jax._src.compiler")
     step = getattr(compiler, "compile_or_get_cached", None)
     if step is not None and getattr(step, _MARK, False):
-        compiler.compile_or_get_cached = step.__wrapped__  # type: ignore[union-attr]
+        compiler.compile_or_get_cached = step.__wrapped__  # type: ignore[union-attr]  # step implies compiler
 
 
 def _steps_aside() -> bool:
