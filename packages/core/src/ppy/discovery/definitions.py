@@ -27,6 +27,7 @@ from ppy.discovery.specs import Specs
 
 __all__ = ["PARTIAL", "Definition", "Definitions"]
 
+#: ``functools.partial(f, ...)`` hands on ``f``: decorators and transforms see through it.
 PARTIAL: Final = frozenset({"functools.partial"})
 
 _CLASS_VAR: Final = frozenset({"typing.ClassVar", "typing_extensions.ClassVar"})
@@ -37,6 +38,8 @@ _STATIC_KEYWORDS: Final = ("static_argnums", "static_argnames")
 
 @dataclass
 class Definition:
+    """One function definition, kept with its node so differentiation can walk its body."""
+
     node: ast.FunctionDef | ast.AsyncFunctionDef
     qualname: str
     scope: Scope

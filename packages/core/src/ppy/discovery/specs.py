@@ -274,6 +274,8 @@ class Specs:
 
 @dataclass
 class _SpecFound:
+    """What one annotation has described so far; aliases and ``Annotated`` add to it."""
+
     shape: tuple[int | str, ...] | None = None
     dtype: str | None = None
     like: str | None = None
