@@ -1,12 +1,20 @@
 """Sessions: ``nox`` runs them all, as the README's test command does.
 
 - tests: the whole pytest suite against the four distributions, on each
-  Python in ``PYTHONS`` (pip gives 3.11 jax 0.10, and 3.12+ jax 0.12).
+  Python in ``PYTHONS`` (pip gives 3.11 jax 0.10, and 3.12+ jax 0.12), on two
+  pytest-xdist workers (``XDIST``).
 - lint: ruff.
 - typecheck: mypy, strict on the four distributions and the example plugin.
 - runtime_only: a venv with only ppy-core and ppy-runtime-pjrt runs an artifact
   built in another venv, on each Python in ``PYTHONS``.
 - docs: the site under docs/, built with mkdocs --strict (its hooks import ppy).
+
+``nox -s quick`` (not among the defaults) is the inner loop: on ``PYTHON``
+only, the unit and differential suites (``QUICK``) without the tests marked
+``models`` (the programs of flax, optax, equinox and jaxtyping, which it does
+not install). Arguments after ``--`` go to pytest in ``tests`` and ``quick``
+alike: ``nox -s tests-3.11 -- tests/core -k lock``. CONTRIBUTING.md has the
+habits, tests/README.md the map of the suites.
 
 ``nox -s bench-3.11`` (not among the defaults) runs the benchmarks: ppy
 against plain JAX, in a venv installed as the README says (not editable),
@@ -68,13 +76,40 @@ _use_pyenv(PYTHONS)
 MODEL_LIBRARIES = ("flax", "optax", "equinox", "jaxtyping")
 
 
+#: What the tests need besides ppy; setuptools: tests install fixture plugins
+#: with pip's --target, without build isolation.
+TEST_TOOLS = ("pytest", "pytest-xdist", "hypothesis", "setuptools>=68")
+#: Two workers, one a core: the tests mostly wait on ``ppy`` and ``python``
+#: subprocesses, and two keep both cores busy. ``loadfile`` sends a whole file
+#: to one worker, so a module-scoped build is made once, and each worker builds
+#: a shared example (tests/conftest.py's ``built_examples``) at most once. On 2
+#: cores it measured ahead of ``load`` and of ``loadgroup``, which pytest 9.2
+#: breaks (xdist_group is ignored: pytest-dev/pytest-xdist#1386).
+XDIST = ("-n", "2", "--dist", "loadfile")
+#: The unit suites of the four distributions and the differential ones (python
+#: against ``ppy run``): ``quick`` runs these, less the ``models`` tests.
+QUICK = (
+    "tests/core",
+    "tests/plugin_jax",
+    "tests/plugin_xla",
+    "tests/runtime_pjrt",
+    "tests/benchmarks",
+    "tests/fidelity",
+    "tests/programs",
+)
+
+
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
-    # setuptools: tests install fixture plugins with pip's --target, no isolation.
-    session.install(
-        *PACKAGES, *MODEL_LIBRARIES, "pytest", "pytest-xdist", "hypothesis", "setuptools>=68"
-    )
-    session.run("pytest", "-n", "2", *session.posargs)
+    session.install(*PACKAGES, *MODEL_LIBRARIES, *TEST_TOOLS)
+    session.run("pytest", *XDIST, *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def quick(session: nox.Session) -> None:
+    """The inner loop: ``QUICK`` on one Python, without the model libraries."""
+    session.install(*PACKAGES, *TEST_TOOLS)
+    session.run("pytest", *XDIST, "-m", "not models", *QUICK, *session.posargs)
 
 
 @nox.session(python=PYTHON)

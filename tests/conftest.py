@@ -2,22 +2,46 @@
 
 Tests build small projects in a temporary directory and run ``python -m ppy``
 in a subprocess, the way a user runs it, then read the real artifact.
+
+An example under ``examples/`` that several tests read is built once per
+session (``built_examples``); a test that runs or changes it works on its own
+copy of that build (``BuiltExample.copy``). pytest-xdist keeps session and
+module fixtures per worker, and the test command distributes whole files
+(``--dist loadfile``): a module's fixtures are made once, an example at most
+once per worker. tests/README.md has the map.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
+#: What a copy of an example leaves out: build outputs of earlier runs.
+EXAMPLE_OUTPUTS = shutil.ignore_patterns(".ppy", "__pycache__", "build", "*.egg-info")
+
+#: The model libraries real programs use (noxfile.MODEL_LIBRARIES): a test of a
+#: program that imports one is marked ``models``, which ``nox -s quick`` leaves out.
+MODEL_LIBRARIES = ("flax", "optax", "equinox", "jaxtyping")
+models = pytest.mark.models
+
+
+def uses_model_library(folder: Path) -> bool:
+    """Whether a project's sources import one of ``MODEL_LIBRARIES``."""
+    pattern = re.compile(rf"^\s*(?:import|from)\s+({'|'.join(MODEL_LIBRARIES)})\b", re.M)
+    return any(pattern.search(p.read_text()) for p in sorted(folder.rglob("*.ppy")))
+
 
 PERMISSIONS = """\
 [project]
@@ -87,23 +111,33 @@ def run_ppy(
 
 def pip_install_target(target: Path, *sources: Path) -> Path:
     """Install distributions into ``target`` with pip, as a user would, without
-    touching the test environment: put ``target`` on PYTHONPATH to use them."""
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            "--target",
-            str(target),
-            *map(str, sources),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    touching the test environment: put ``target`` on PYTHONPATH to use them.
+
+    pip builds a source folder in place (``build/``, ``*.egg-info``), so each
+    source is copied first: two workers, or two test runs, installing one
+    fixture at once would otherwise build in the same folder.
+    """
+    with tempfile.TemporaryDirectory(prefix="ppy-pip-") as tmp:
+        copies = [
+            shutil.copytree(source, Path(tmp) / f"{i}-{source.name}", ignore=EXAMPLE_OUTPUTS)
+            for i, source in enumerate(sources)
+        ]
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-deps",
+                "--no-build-isolation",
+                "--target",
+                str(target),
+                *map(str, copies),
+            ],
+            check=True,
+            capture_output=True,
+        )
     return target
 
 
@@ -127,3 +161,69 @@ def example(tmp_path: Path) -> Path:
         EXAMPLES / "25_jax_export", target, ignore=shutil.ignore_patterns(".ppy", "__pycache__")
     )
     return target
+
+
+@dataclass(frozen=True)
+class BuiltExample:
+    """An example copied and built once for the session, and what python printed.
+
+    ``folder`` is shared by every test of the worker that asks for it: read it,
+    never run or write in it (a run writes ``.ppy/artifact.ppyz.checked``);
+    ``copy`` gives a test a built project of its own. The build used a cache
+    of its own, and ``ppy build`` writes nothing there: a copy run with the
+    test's ``cache_dir`` starts from an empty cache, as after its own build.
+    """
+
+    folder: Path
+    #: ``python model.ppy`` in the fresh copy, before the build.
+    plain: subprocess.CompletedProcess[str]
+    #: ``ppy --log-format json -v build``: the report on stdout (the same as a
+    #: plain ``ppy build``), one JSON object per event on stderr.
+    build: subprocess.CompletedProcess[str]
+
+    def copy(self, target: Path) -> Path:
+        """A copy of the built project under ``target``, as the build left it."""
+        destination = target / self.folder.name
+        shutil.copytree(self.folder, destination)
+        return destination
+
+
+def _build_example(name: str, base: Path) -> BuiltExample:
+    folder = base / name
+    shutil.copytree(EXAMPLES / name, folder, ignore=EXAMPLE_OUTPUTS)
+    plain = subprocess.run(
+        [sys.executable, "model.ppy"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    build = run_ppy(
+        "--log-format",
+        "json",
+        "-v",
+        "build",
+        cwd=folder,
+        env={"PPY_CACHE_DIR": str(base / "cache")},
+    )
+    return BuiltExample(folder, plain, build)
+
+
+@pytest.fixture(scope="session")
+def built_examples(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], BuiltExample]:
+    """``built_examples(name)``: ``examples/<name>`` built once for the session (per worker)."""
+    built: dict[str, BuiltExample] = {}
+
+    def get(name: str) -> BuiltExample:
+        if name not in built:
+            built[name] = _build_example(name, tmp_path_factory.mktemp(f"built-{name}"))
+        return built[name]
+
+    return get
+
+
+@pytest.fixture
+def built_example(built_examples: Callable[[str], BuiltExample], tmp_path: Path) -> Path:
+    """The test's own copy of the page's example, built (``example``, after ``ppy build``)."""
+    return built_examples("25_jax_export").copy(tmp_path)

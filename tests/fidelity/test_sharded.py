@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.conftest import PERMISSIONS, run_ppy
+from tests.conftest import PERMISSIONS, models, run_ppy
 from tests.fidelity.support import differential, project
 
 FOUR = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
@@ -225,6 +225,7 @@ print(step({"w": split, "b": params["b"]}, x).sharding.spec)
 """
 
 
+@models  # jaxtyping
 def test_a_like_pytree_and_a_jaxtyping_array_carry_their_sharding(tmp_path: Path) -> None:
     root = project(tmp_path / "p", {"model.ppy": LIKE_AND_JAXTYPING}, _mesh("{ data = 4 }"))
     compared = differential(root, cache=tmp_path / "c", env=FOUR)

@@ -21,9 +21,11 @@ from pathlib import Path
 import pytest
 from ppy.cache import ExecutableCache
 
+from tests.conftest import BuiltExample
 from tests.hardening.support import copy_example, ppy
 
 OTHER_UID = 54321
+JAX_EXAMPLE = "25_jax_export"
 
 
 def _entries(cache: Path) -> list[Path]:
@@ -115,16 +117,16 @@ def warm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
 
 
 @pytest.fixture(scope="module")
-def jax_example(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def jax_example(
+    tmp_path_factory: pytest.TempPathFactory, built_examples: Callable[[str], BuiltExample]
+) -> tuple[Path, str]:
     """The jax example, built, and what ``python model.ppy`` prints: its runs
-    fill ``unstaged/`` as well as the staged entries."""
-    root = copy_example("25_jax_export", tmp_path_factory.mktemp("cache-jax"))
-    plain = subprocess.run(
-        [sys.executable, "model.ppy"], cwd=root, capture_output=True, text=True, check=True
-    ).stdout
-    built = ppy("build", str(root))
-    assert built.returncode == 0, built.stderr
-    return root, plain
+    fill ``unstaged/`` as well as the staged entries. A copy of the session's
+    build of it (``built_examples``)."""
+    shared = built_examples(JAX_EXAMPLE)
+    assert shared.plain.returncode == 0, shared.plain.stderr
+    assert shared.build.returncode == 0, shared.build.stderr
+    return shared.copy(tmp_path_factory.mktemp("cache-jax")), shared.plain.stdout
 
 
 def _run_under_umask(

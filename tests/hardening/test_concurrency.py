@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
-import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,7 @@ from ppy.artifact.read import loads, read_artifact
 from ppy.artifact.write import write_artifact
 from ppy.cache import ExecutableCache
 
+from tests.conftest import BuiltExample
 from tests.hardening.support import copy_example, ppy, real_artifact, start_ppy
 
 REWRITES = 200
@@ -156,14 +157,14 @@ def test_a_cache_entry_rewritten_while_it_is_read_is_always_read_whole(tmp_path:
 
 @pytest.mark.slow
 def test_runs_at_once_on_a_cold_cache_leave_one_good_entry_per_signature(
-    tmp_path: Path,
+    tmp_path: Path, built_examples: Callable[[str], BuiltExample]
 ) -> None:
-    root = copy_example("25_jax_export", tmp_path)
-    plain = subprocess.run(
-        [sys.executable, "model.ppy"], cwd=root, capture_output=True, text=True, check=True
-    ).stdout
-    built = ppy("build", str(root))
+    shared = built_examples("25_jax_export")  # copied, run under python, built
+    assert shared.plain.returncode == 0, shared.plain.stderr
+    plain = shared.plain.stdout
+    built = shared.build
     assert built.returncode == 0, built.stderr
+    root = shared.copy(tmp_path)
     cache = tmp_path / "cache"
     env = {"PPY_CACHE_DIR": str(cache)}
     runs = [start_ppy("run", "--no-build", str(root / "model.ppy"), env=env) for _ in range(RUNS)]

@@ -1,4 +1,9 @@
-"""The ``ppy`` command on the page's example, as a user runs it."""
+"""The ``ppy`` command on the page's example, as a user runs it.
+
+The example is built once for the session (``built_examples``); a test that
+reads that build's report asserts on it, a test that changes the artifact or
+builds again works on its own copy (``built_example``).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import BuiltExample
+
 Run = Callable[..., subprocess.CompletedProcess[str]]
+Built = Callable[[str], BuiltExample]
+EXAMPLE = "25_jax_export"
 
 
 def _drop(path: Path, line: str) -> None:
@@ -48,10 +57,11 @@ def test_without_a_permission_both_functions_stay_jitted_and_ppy_says_why(
 
 
 def test_build_exports_both_functions_and_inspect_shows_their_signatures(
-    example: Path, ppy: Run
+    built_examples: Built, tmp_path: Path, ppy: Run
 ) -> None:
-    built = ppy("build", str(example))
+    built = built_examples(EXAMPLE).build
     assert built.returncode == 0, built.stderr
+    example = built_examples(EXAMPLE).copy(tmp_path)
     for name in ("normalize", "score"):
         line = next(ln for ln in built.stdout.splitlines() if f" {name} " in f" {ln} ")
         assert "exported" in line and f"{name}(x: float32[B,4])" in line
@@ -68,8 +78,11 @@ def test_build_exports_both_functions_and_inspect_shows_their_signatures(
     assert sum("reused" in ln for ln in again.stdout.splitlines()) >= 2
 
 
-def test_inspect_rejects_a_tampered_artifact_naming_the_member(example: Path, ppy: Run) -> None:
-    assert ppy("build", str(example)).returncode == 0
+def test_inspect_rejects_a_tampered_artifact_naming_the_member(
+    built_examples: Built, built_example: Path, ppy: Run
+) -> None:
+    assert built_examples(EXAMPLE).build.returncode == 0
+    example = built_example
     artifact = example / ".ppy" / "artifact.ppyz"
     with zipfile.ZipFile(artifact) as archive:
         members = {i.filename: archive.read(i.filename) for i in archive.infolist()}
@@ -124,8 +137,8 @@ def test_help_for_every_command() -> None:
         assert result.returncode == 0 and "usage: ppy" in result.stdout
 
 
-def test_build_json_logs_one_object_per_event(example: Path, ppy: Run) -> None:
-    result = ppy("--log-format", "json", "-v", "build", str(example))
+def test_build_json_logs_one_object_per_event(built_examples: Built) -> None:
+    result = built_examples(EXAMPLE).build  # ppy --log-format json -v build
     assert result.returncode == 0, result.stderr
     events = [json.loads(line) for line in result.stderr.splitlines() if line.strip()]
     decisions = [e for e in events if e["event"] == "build.decision"]

@@ -1,9 +1,11 @@
 """Every example under examples/ prints the same under ``python`` and ``ppy run``.
 
 Each numbered example (``examples/NN_name/model.ppy``) is copied, run under
-plain Python, built once with ``ppy build``, and run with ``ppy run``: stdout
-must be identical and something must have been bound. The third-party plugin
-example is installed for real with pip and used by a project of its own.
+plain Python and built once with ``ppy build`` for the session
+(``built_examples``, shared with the other tests of that example), then run
+with ``ppy run`` in the test's own copy of the build: stdout must be identical
+and something must have been bound. The third-party plugin example is
+installed for real with pip and used by a project of its own.
 """
 
 from __future__ import annotations
@@ -19,13 +21,23 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLES, pip_install_target
+from tests.conftest import (
+    EXAMPLES,
+    BuiltExample,
+    models,
+    pip_install_target,
+    uses_model_library,
+)
 
 NUMBERED = sorted(
     p
     for p in EXAMPLES.iterdir()
     if re.fullmatch(r"\d\d_\w+", p.name) and (p / "model.ppy").is_file()
 )
+#: Each example, marked ``models`` where it imports a model library.
+EACH = [
+    pytest.param(p, id=p.name, marks=[models] if uses_model_library(p) else []) for p in NUMBERED
+]
 CONDITIONS = ("captured", "config", "device")
 IGNORE = shutil.ignore_patterns(".ppy", "__pycache__", "build", "*.egg-info")
 
@@ -58,17 +70,19 @@ def test_every_numbered_example_has_a_readme_and_a_pyproject() -> None:
         assert "python model.ppy" in readme and "ppy run model.ppy" in readme, folder
 
 
-@pytest.mark.parametrize("example", NUMBERED, ids=lambda p: p.name)
+@pytest.mark.parametrize("example", EACH)
 def test_ppy_run_prints_what_python_prints(
-    example: Path, tmp_path: Path, ppy: Callable[..., subprocess.CompletedProcess[str]]
+    example: Path,
+    tmp_path: Path,
+    ppy: Callable[..., subprocess.CompletedProcess[str]],
+    built_examples: Callable[[str], BuiltExample],
 ) -> None:
-    folder = tmp_path / example.name
-    shutil.copytree(example, folder, ignore=IGNORE)
-    program = folder / "model.ppy"
-    plain = _python(program)
+    shared = built_examples(example.name)
+    plain, built = shared.plain, shared.build
     assert plain.returncode == 0, plain.stderr
-    built = ppy("build", cwd=folder)
     assert built.returncode == 0, built.stdout + built.stderr
+    folder = shared.copy(tmp_path)
+    program = folder / "model.ppy"
     # -vv: the cache events are debug events.
     staged = ppy("-vv", "--log-format", "json", "run", "model.ppy", cwd=folder)
     assert staged.returncode == 0, staged.stderr

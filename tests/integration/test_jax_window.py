@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,7 +18,10 @@ import pytest
 from ppy.artifact.read import read_artifact
 from ppy.artifact.write import write_artifact
 
+from tests.conftest import BuiltExample
+
 Run = Callable[..., subprocess.CompletedProcess[str]]
+EXAMPLE = "25_jax_export"
 
 
 def _record_exporter(artifact: Path, version: str) -> None:
@@ -42,12 +44,17 @@ def _record_exporter(artifact: Path, version: str) -> None:
     ],
 )
 def test_an_export_outside_the_window_is_rebuilt_or_left_unbound(
-    example: Path, ppy: Run, version: str, says: str
+    built_examples: Callable[[str], BuiltExample],
+    built_example: Path,
+    ppy: Run,
+    version: str,
+    says: str,
 ) -> None:
-    expected = subprocess.run(
-        [sys.executable, "model.ppy"], cwd=example, capture_output=True, text=True, check=True
-    ).stdout
-    assert ppy("build", cwd=example).returncode == 0
+    shared = built_examples(EXAMPLE)
+    assert shared.plain.returncode == 0, shared.plain.stderr  # python model.ppy
+    expected = shared.plain.stdout
+    assert shared.build.returncode == 0
+    example = built_example
     artifact = example / ".ppy" / "artifact.ppyz"
     _record_exporter(artifact, version)
 

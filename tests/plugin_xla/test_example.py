@@ -1,24 +1,26 @@
-"""examples/40_xla_scalar prints the same under python and under ppy run, compiled."""
+"""examples/40_xla_scalar prints the same under python and under ppy run, compiled.
+
+The example is built once for the session (``built_examples``), shared with
+tests/integration/test_examples.py; the run here is in a copy of that build.
+"""
 
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "40_xla_scalar"
+from tests.conftest import BuiltExample
+
+EXAMPLE = "40_xla_scalar"
 
 
-def test_example_prints_the_same_under_python_and_ppy_run(tmp_path: Path, ppy) -> None:
-    project = tmp_path / "40_xla_scalar"
-    shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns(".ppy"))
-    plain = subprocess.run(
-        [sys.executable, "model.ppy"], cwd=project, capture_output=True, text=True, check=False
-    )
+def test_example_prints_the_same_under_python_and_ppy_run(
+    tmp_path: Path, ppy, built_examples: Callable[[str], BuiltExample]
+) -> None:
+    shared = built_examples(EXAMPLE)
+    plain, built = shared.plain, shared.build
     assert plain.returncode == 0, plain.stderr
-    built = ppy("build", ".", cwd=project)
     assert built.returncode == 0, built.stdout + built.stderr
     for name in ("collatz_steps", "longest_chain", "leibniz"):
         line = next(ln for ln in built.stdout.splitlines() if f" {name} " in ln)
@@ -26,6 +28,7 @@ def test_example_prints_the_same_under_python_and_ppy_run(tmp_path: Path, ppy) -
     # wave() has no loop: a staged call would cost more than its body.
     wave = next(ln for ln in built.stdout.splitlines() if " wave " in ln)
     assert "stays" in wave and "has no loop" in wave, wave
+    project = shared.copy(tmp_path)
     staged = ppy("run", "-v", "--log-format", "json", "model.ppy", cwd=project)
     assert staged.returncode == 0, staged.stderr
     assert staged.stdout == plain.stdout

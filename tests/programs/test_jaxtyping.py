@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import run_ppy
+from tests.conftest import models, run_ppy
 from tests.fidelity.support import differential, project
+
+pytestmark = models
 
 JAXTYPED = """\
 from typing import NamedTuple

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.conftest import models
 from tests.fidelity.support import differential, project
 
 CLASSES = """\
@@ -95,6 +96,7 @@ class Layer(NamedTuple):
 """
 
 
+@models  # flax.struct
 def test_classes_of_described_fields_are_staged(tmp_path: Path) -> None:
     root = project(tmp_path / "p", {"model.ppy": CLASSES, "shapes.py": SHAPES})
     compared = differential(root, cache=tmp_path / "c")

@@ -15,7 +15,7 @@ from ppy.runtime import NotBound
 from ppy_runtime_pjrt.export import ExportRuntime
 from structlog.testing import capture_logs
 
-from tests.runtime.exports import make_entry, spec
+from tests.runtime_pjrt.exports import make_entry, spec
 
 
 @jax.jit

@@ -19,7 +19,7 @@ from ppy.run.program import run_program
 from ppy_runtime_pjrt.export import ExportRuntime
 from structlog.testing import capture_logs
 
-from tests.runtime.exports import make_entry, spec
+from tests.runtime_pjrt.exports import make_entry, spec
 
 PROGRAM = """\
 import sys

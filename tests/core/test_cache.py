@@ -1,5 +1,11 @@
-"""The per-user executable cache on real files: where it lives, what it keeps,
-and what it does with a damaged file."""
+"""``ppy.cache``, the per-user executable cache, on real files: where it lives,
+what it keeps, and what it does with a damaged file.
+
+These are its unit tests; a cache another user or a careless ``chmod`` got at,
+under a real ``ppy run``, is tests/hardening/test_cache_trust.py's, and the
+runtime's use of it (keys, eager ops, unstaged computations) is tested in
+tests/runtime_pjrt.
+"""
 
 from __future__ import annotations
 
