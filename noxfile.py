@@ -83,8 +83,7 @@ TEST_TOOLS = ("pytest", "pytest-xdist", "hypothesis", "setuptools>=68")
 #: subprocesses, and two keep both cores busy. ``loadfile`` sends a whole file
 #: to one worker, so a module-scoped build is made once, and each worker builds
 #: a shared example (tests/conftest.py's ``built_examples``) at most once. On 2
-#: cores it measured ahead of ``load`` and of ``loadgroup``, which pytest 9.2
-#: breaks (xdist_group is ignored: pytest-dev/pytest-xdist#1386).
+#: cores it measured ahead of ``load`` and of ``loadgroup``.
 XDIST = ("-n", "2", "--dist", "loadfile")
 #: The unit suites of the four distributions and the differential ones (python
 #: against ``ppy run``): ``quick`` runs these, less the ``models`` tests.
@@ -99,16 +98,24 @@ QUICK = (
 )
 
 
+#: ml_dtypes 0.7 spends about 0.8 s of every ``import jax`` registering ufunc
+#: promoters, and the suite starts over a thousand processes that import jax.
+#: On ``PYTHON`` the tests run with ml_dtypes 0.6, the fast import ``ppy
+#: doctor`` recommends; on the newest Python they take what pip gives (0.7),
+#: so the differential suites pass against both.
+FAST_IMPORT = {PYTHON: ("ml_dtypes<0.7",)}
+
+
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
-    session.install(*PACKAGES, *MODEL_LIBRARIES, *TEST_TOOLS)
+    session.install(*PACKAGES, *MODEL_LIBRARIES, *TEST_TOOLS, *FAST_IMPORT.get(session.python, ()))
     session.run("pytest", *XDIST, *session.posargs)
 
 
 @nox.session(python=PYTHON)
 def quick(session: nox.Session) -> None:
     """The inner loop: ``QUICK`` on one Python, without the model libraries."""
-    session.install(*PACKAGES, *TEST_TOOLS)
+    session.install(*PACKAGES, *TEST_TOOLS, *FAST_IMPORT[PYTHON])
     session.run("pytest", *XDIST, "-m", "not models", *QUICK, *session.posargs)
 
 
