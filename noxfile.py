@@ -100,22 +100,22 @@ QUICK = (
 
 #: ml_dtypes 0.7 spends about 0.8 s of every ``import jax`` registering ufunc
 #: promoters, and the suite starts over a thousand processes that import jax.
-#: On ``PYTHON`` the tests run with ml_dtypes 0.6, the fast import ``ppy
-#: doctor`` recommends; on the newest Python they take what pip gives (0.7),
-#: so the differential suites pass against both.
-FAST_IMPORT = {PYTHON: ("ml_dtypes<0.7",)}
+#: The test sessions install ml_dtypes 0.6, the fast import ``ppy doctor``
+#: recommends: both sides of every differential test run in the same venv.
+#: runtime_only and bench take what pip gives (0.7), as a user's install does.
+FAST_IMPORT = ("ml_dtypes<0.7",)
 
 
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
-    session.install(*PACKAGES, *MODEL_LIBRARIES, *TEST_TOOLS, *FAST_IMPORT.get(session.python, ()))
+    session.install(*PACKAGES, *MODEL_LIBRARIES, *TEST_TOOLS, *FAST_IMPORT)
     session.run("pytest", *XDIST, *session.posargs)
 
 
 @nox.session(python=PYTHON)
 def quick(session: nox.Session) -> None:
     """The inner loop: ``QUICK`` on one Python, without the model libraries."""
-    session.install(*PACKAGES, *TEST_TOOLS, *FAST_IMPORT[PYTHON])
+    session.install(*PACKAGES, *TEST_TOOLS, *FAST_IMPORT)
     session.run("pytest", *XDIST, "-m", "not models", *QUICK, *session.posargs)
 
 
