@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import (
+    EXAMPLE_OUTPUTS,
     EXAMPLES,
     BuiltExample,
     models,
@@ -39,7 +40,7 @@ EACH = [
     pytest.param(p, id=p.name, marks=[models] if uses_model_library(p) else []) for p in NUMBERED
 ]
 CONDITIONS = ("captured", "config", "device")
-IGNORE = shutil.ignore_patterns(".ppy", "__pycache__", "build", "*.egg-info")
+IGNORE = EXAMPLE_OUTPUTS
 
 
 def _python(program: Path, **env: str) -> subprocess.CompletedProcess[str]:
