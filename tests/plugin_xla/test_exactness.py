@@ -70,6 +70,14 @@ TABLE: dict[str, tuple[str, tuple[Any, ...]]] = {
     "x / x at 0.0": ("def f(x: float) -> float:\n    return x / x", (0.0,)),
     "x ** 0.5 at -inf": ("def f(x: float) -> float:\n    return x ** 0.5", (-math.inf,)),
     "x ** 2 at 0.1": ("def f(x: float) -> float:\n    return x ** 2", (0.1,)),
+    "math.atan2(x, 1.0) at 1.0": (
+        "def f(x: float) -> float:\n    return math.atan2(x, 1.0)",
+        (1.0,),
+    ),
+    "math.pow(2.0, x) at -3.1511366869620723": (
+        "def f(x: float) -> float:\n    return math.pow(2.0, x)",
+        (-3.1511366869620723,),
+    ),
 }
 
 HEADER = "import math\nfrom ppy import xla\n\n\n@xla.jit\n"

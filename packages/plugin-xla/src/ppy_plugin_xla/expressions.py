@@ -430,18 +430,18 @@ class Expressions(ABC):
             return num.copysign(x, xs[1])
         if name == "sqrt":
             self.flag(num.cmp("LT", x, num.f(0.0)))
-            return b.unary("sqrt", x)
+            return b.library("sqrt", x)
         if name == "cbrt":
-            return b.unary("cbrt", x)
+            return b.library("cbrt", x)
         if name == "log":
             logs = []
             for value in xs:
                 self.flag(num.cmp("LE", value, num.f(0.0)))
-                logs.append(b.unary("log", value))
+                logs.append(b.library("log", value))
             return logs[0] if len(logs) == 1 else num.fdiv(logs[0], logs[1])
         if name in ("sin", "cos", "tan"):
             self.flag(num.isinf(x))
-            return b.unary({"sin": "sine", "cos": "cosine", "tan": "tan"}[name], x)
+            return b.library({"sin": "sine", "cos": "cosine", "tan": "tan"}[name], x)
         if name == "pow":
             return num.fpow(x, xs[1])
         if name == "fmod":
@@ -463,7 +463,7 @@ class Expressions(ABC):
         zero, one = num.f(0.0), num.f(1.0)
         pi = num.f(math.pi)
         positive_x = num.cmp("EQ", num.copysign(one, x), one)
-        r = b.binary("atan2", y, x)
+        r = b.library("atan2", y, x)
         general = b.not_(
             b.or_(b.or_(num.isnan(x), num.isnan(y)), b.or_(num.isinf(x), num.isinf(y)))
         )

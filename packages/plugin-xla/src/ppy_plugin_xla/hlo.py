@@ -24,6 +24,12 @@ an integer ``xor`` with ``replica_id``, which is 0 in a one-device
 executable but unknown to every compiler stage, so none can fold or fuse
 across it. (An ``optimization_barrier`` is not enough: XLA removes it
 before the passes that fold.)
+
+A third rewrite changes a library function when an operand is a constant:
+``atan2(y, 1.0)`` and ``pow(2.0, y)`` are computed by other approximations
+than the general ones (1 ulp off libm in about a third of the inputs), so
+every operand of a library function goes through ``opaque`` too
+(``Builder.library``).
 """
 
 from __future__ import annotations
@@ -140,6 +146,12 @@ class Builder:
         self.emit(f'{zero} = "stablehlo.convert"({replica}) : (tensor<ui32>) -> tensor<i64>')
         bits = self.binary("xor", self.bitcast(a, "int"), Value(zero, "int"))
         return self.bitcast(bits, "float")
+
+    def library(self, opname: str, *operands: Value) -> Value:
+        """A libm-like op (``sine``, ``atan2``, ``power``, ...) computed by its
+        general approximation: no operand is a constant the backend could
+        specialize it for."""
+        return self.op(opname, [self.opaque(a) for a in operands], operands[0].type)
 
     def select(self, p: Value, a: Value, b: Value) -> Value:
         if p.const is not None:

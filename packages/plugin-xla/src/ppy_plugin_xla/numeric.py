@@ -340,7 +340,7 @@ class Numeric:
         negative = self.cmp("LT", x, zero)
         integral = self.cmp("EQ", y, b.unary("floor", y))
         self.flag(b.and_(general, b.and_(negative, b.not_(integral))))
-        r = b.binary("power", ax, y)
+        r = b.library("power", ax, y)
         r = b.select(self.cmp("EQ", ax, one), one, r)
         self.flag(b.and_(general, b.or_(self.isinf(r), self.tiny(r))))
         r = b.select(b.and_(negative, odd), b.unary("negate", r), r)
