@@ -43,6 +43,21 @@ def uses_model_library(folder: Path) -> bool:
     return any(pattern.search(p.read_text()) for p in sorted(folder.rglob("*.ppy")))
 
 
+#: Warm servers the tests start live in the test's own cache folder (never in
+#: the user's runtime folder), and exit soon after a test that did not stop them.
+os.environ.pop("XDG_RUNTIME_DIR", None)
+os.environ["PPY_WARM_IDLE_TIMEOUT"] = "60"
+
+
+def stop_servers(cache: Path) -> None:
+    """Stop the warm servers started with ``PPY_CACHE_DIR=cache``."""
+    from ppy.cli.servers import ask
+    from ppy.warm.place import places
+
+    for place in places(cache / "warm"):
+        ask(place, "stop")
+
+
 PERMISSIONS = """\
 [project]
 name = "demo"

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.conftest import PERMISSIONS, run_ppy, write_project
+from tests.conftest import PERMISSIONS, run_ppy, stop_servers, write_project
 
 __all__ = ["Compared", "differential", "project"]
 
@@ -81,7 +81,9 @@ def differential(
 
     ``build`` runs ``ppy build`` first (a failed build is the test's to
     read from the events). ``quiet_stderr`` is what a quiet ``ppy run`` may
-    print besides python's stderr (None: not checked).
+    print besides python's stderr (None: not checked). The program then runs
+    once more with ``--warm``, from a server started for it, and must agree
+    the same way.
     """
     environ = {**os.environ, "PPY_CACHE_DIR": str(cache), **(env or {})}
     plain = subprocess.run(
@@ -104,4 +106,11 @@ def differential(
         quiet = run_ppy("run", program, *argv, cwd=root, env=environ)
         assert (quiet.stdout, quiet.returncode) == (plain.stdout, plain.returncode)
         assert quiet.stderr == plain.stderr + quiet_stderr, quiet.stderr
+    try:
+        warm = run_ppy("run", "--warm", program, *argv, cwd=root, env=environ)
+    finally:
+        stop_servers(cache)
+    assert (warm.stdout, warm.returncode) == (plain.stdout, plain.returncode), warm.stderr
+    if quiet_stderr is not None:
+        assert warm.stderr == plain.stderr + quiet_stderr, warm.stderr
     return Compared(plain, verbose, events)

@@ -3,8 +3,8 @@
 Each numbered example (``examples/NN_name/model.ppy``) is copied, run under
 plain Python and built once with ``ppy build`` for the session
 (``built_examples``, shared with the other tests of that example), then run
-with ``ppy run`` in the test's own copy of the build: stdout must be identical
-and something must have been bound. The third-party plugin example is
+with ``ppy run``, cold and warm, in the test's own copy of the build: stdout
+must be identical and something must have been bound. The third-party plugin example is
 installed for real with pip and used by a project of its own.
 """
 
@@ -27,6 +27,7 @@ from tests.conftest import (
     BuiltExample,
     models,
     pip_install_target,
+    stop_servers,
     uses_model_library,
 )
 
@@ -77,6 +78,7 @@ def test_ppy_run_prints_what_python_prints(
     tmp_path: Path,
     ppy: Callable[..., subprocess.CompletedProcess[str]],
     built_examples: Callable[[str], BuiltExample],
+    cache_dir: Path,
 ) -> None:
     shared = built_examples(example.name)
     plain, built = shared.plain, shared.build
@@ -93,11 +95,16 @@ def test_ppy_run_prints_what_python_prints(
     # back for a captured value or the configuration.
     odd = [e for e in _events(staged.stderr, "run.fallback") if e["category"] in CONDITIONS]
     assert not odd, odd
+    try:
+        served = ppy("run", "--warm", "model.ppy", cwd=folder)  # from a warm server
+    finally:
+        stop_servers(cache_dir)
+    assert (served.stdout, served.stderr) == (plain.stdout, "")
     again = ppy("run", "model.ppy", cwd=folder)
     assert again.stdout == plain.stdout
-    assert again.stderr == "", "a warm run with a current artifact should say nothing"
+    assert again.stderr == "", "a run with a current artifact should say nothing"
     # What the first run compiled that stayed unstaged (eager ops, unstaged
-    # jits), a warm run loads from the cache; an eager op is not even lowered.
+    # jits), a later run loads from the cache; an eager op is not even lowered.
     warm = ppy("-vv", "--log-format", "json", "run", "model.ppy", cwd=folder)
     assert warm.stdout == plain.stdout
     compiled = _events(staged.stderr, "cache.unstaged")

@@ -70,7 +70,36 @@ _CORE_SCHEMA: Final[Mapping[str, Setting]] = {
         (str,), DEFAULT_ARTIFACT, "where the artifact is written, relative to the project root"
     ),
     "plugins": Setting((dict,), {}, "one table per plugin, [tool.ppy.plugins.<name>]"),
+    "run": Setting((dict,), {}, "how ppy run starts, [tool.ppy.run]"),
 }
+
+#: ``[tool.ppy.run]``: warm start (docs/warm-start.md). None of it changes
+#: what is staged, so none of it is in the artifact's configuration digest.
+_RUN_SCHEMA: Final[Mapping[str, Setting]] = {
+    "warm": Setting((bool,), False, "whether ppy run starts from a warm server"),
+    "preload": Setting(
+        (list,), [], "modules the warm server imports besides jax, such as flax.linen"
+    ),
+    "idle-timeout": Setting(
+        (int, float),
+        900,
+        "how long a warm server waits for a run before it exits",
+        bounds=(1, 7 * 86400, "seconds"),
+    ),
+}
+
+#: A module name as ``import`` takes it: dotted identifiers.
+_MODULE_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """``[tool.ppy.run]``, validated."""
+
+    warm: bool = False
+    preload: tuple[str, ...] = ()
+    idle_timeout: float = 900.0
+
 
 #: The keys ``[tool.ppy]`` accepts.
 ALLOWED_KEYS: Final[tuple[str, ...]] = tuple(_CORE_SCHEMA)
@@ -89,9 +118,12 @@ class Config:
     artifact: Path
     #: Raw ``[tool.ppy.plugins.<name>]`` tables; each plugin validates its own.
     plugins: Mapping[str, Mapping[str, Any]]
-    #: sha256 of the canonical JSON of the whole ``[tool.ppy]`` table, so an
-    #: artifact built under another configuration is seen to be stale.
+    #: sha256 of the canonical JSON of the ``[tool.ppy]`` table (less
+    #: ``run``), so an artifact built under another configuration is seen to
+    #: be stale.
     digest: str
+    #: ``[tool.ppy.run]``.
+    run: RunSettings = RunSettings()
 
     @property
     def config_path(self) -> Path:
@@ -324,6 +356,31 @@ def _plugin_tables(raw: Mapping[str, Any], path: str) -> Mapping[str, Mapping[st
 ARTIFACT_SUFFIX: Final = ".ppyz"
 
 
+def _run_settings(raw: Mapping[str, Any], path: str) -> RunSettings:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(
+            f"{_found(raw)}; wanted a table, [tool.ppy.run]",
+            path=path,
+            key="tool.ppy.run",
+            remedy="write the settings under a [tool.ppy.run] header",
+        )
+    settings = validate_table(raw, _RUN_SCHEMA, path=path, prefix="tool.ppy.run")
+    preload = settings["preload"]
+    for name in preload:
+        if not isinstance(name, str) or not _MODULE_NAME.fullmatch(name):
+            raise ConfigError(
+                f'holds {_render(name)}; wanted module names such as "flax.linen"',
+                path=path,
+                key="tool.ppy.run.preload",
+                remedy='list modules by the name import takes, e.g. preload = ["optax"]',
+            )
+    return RunSettings(
+        warm=settings["warm"],
+        preload=tuple(dict.fromkeys(preload)),
+        idle_timeout=float(settings["idle-timeout"]),
+    )
+
+
 def _artifact_path(root: Path, value: str, path: str) -> Path:
     """Where ``artifact = value`` puts the artifact: a ``.ppyz`` file inside ``root``.
 
@@ -391,5 +448,6 @@ def load_config(target: Path) -> Config:
         build_execution=settings["build-execution"] == "allow",
         artifact=_artifact_path(root, settings["artifact"], path),
         plugins=_plugin_tables(settings["plugins"], path),
-        digest=_digest(table),
+        digest=_digest({k: v for k, v in table.items() if k != "run"}),
+        run=_run_settings(settings["run"], path),
     )

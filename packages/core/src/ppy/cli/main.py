@@ -86,6 +86,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--no-build", action="store_true", help="never build; run what the artifact holds"
     )
+    run.add_argument(
+        "--warm",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run from a resident server that has jax imported (docs/warm-start.md); "
+        "default: $PPY_WARM, else [tool.ppy.run] warm, else off",
+    )
     run.add_argument("program", metavar="FILE", help="the .ppy program to run")
     remainder = run.add_argument(
         "args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments passed to the program"
@@ -116,6 +123,26 @@ def _parser() -> argparse.ArgumentParser:
         default=".",
         type=Path,
         help="the project folder or a file in it (default: .)",
+    )
+
+    server = commands.add_parser(
+        "server",
+        parents=[common],
+        help="show or stop the warm-start servers",
+        description="The resident servers `ppy run --warm` starts, one per key "
+        "(docs/warm-start.md).",
+    )
+    server.add_argument("action", choices=("status", "stop"))
+    server.add_argument("--json", action="store_true", help="status: print JSON")
+    server.add_argument(
+        "--all", action="store_true", help="stop: every server, not only this project's"
+    )
+    server.add_argument(
+        "path",
+        nargs="?",
+        default=".",
+        type=Path,
+        help="stop: the project folder or a file in it (default: .)",
     )
 
     commands.add_parser(
@@ -186,9 +213,11 @@ def _version() -> str:
     return f"ppy {__version__} (python {platform.python_version()})"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, warm: bool | None = None) -> int:
+    """The command's exit code. ``warm=False``: ``ppy run`` runs here, whatever
+    the flag, variable and setting say (a warm server's child is the run)."""
     try:
-        return _main(argv)
+        return _main(list(sys.argv[1:] if argv is None else argv), warm)
     except BrokenPipeError:
         # The reader went away (`ppy inspect --json | head`): stop quietly, as
         # coreutils do, and keep Python's exit-time flush from complaining.
@@ -198,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + signal.SIGPIPE
 
 
-def _main(argv: Sequence[str] | None) -> int:
+def _main(argv: list[str], warm: bool | None) -> int:
     args = _parser().parse_args(argv)
     from ppy.log import configure
 
@@ -208,7 +237,9 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "build":
             return _build(args)
         if args.command == "run":
-            return _run(args)
+            return _run(args, argv, warm)
+        if args.command == "server":
+            return _server(args)
         if args.command == "inspect":
             return _inspect(args)
         if args.command == "explain":
@@ -255,10 +286,29 @@ def _build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, argv: list[str], warm: bool | None) -> int:
     from ppy.run.startup import run
 
-    return run(args.program, list(args.args), build=not args.no_build)
+    config = None
+    program = Path(args.program)
+    if warm is not False and args.warm is not False and program.is_file():
+        from ppy.config import load_config
+        from ppy.warm.client import run_warm, wants_warm
+
+        config = load_config(program)
+        if wants_warm(args.warm, config):
+            code = run_warm(config, argv)
+            if code is not None:
+                return code
+    return run(args.program, list(args.args), build=not args.no_build, config=config)
+
+
+def _server(args: argparse.Namespace) -> int:
+    from ppy.cli.servers import status, stop
+
+    if args.action == "status":
+        return status(as_json=args.json)
+    return stop(args.path, every=args.all)
 
 
 def _inspect(args: argparse.Namespace) -> int:

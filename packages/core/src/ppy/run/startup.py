@@ -36,12 +36,13 @@ class Prepared:
     runtimes: Mapping[str, Runtime]
 
 
-def run(program: str, argv: list[str], *, build: bool = True) -> int:
+def run(program: str, argv: list[str], *, build: bool = True, config: Config | None = None) -> int:
     """``ppy run PROGRAM ARGV``: prepare, then run; the program's exit code.
-    ``program`` is the path as typed, which the program sees as ``sys.argv[0]``."""
+    ``program`` is the path as typed, which the program sees as ``sys.argv[0]``;
+    ``config``, the program's configuration where it was read already."""
     from ppy.run.program import run_program
 
-    prepared = prepare(Path(program), build=build)
+    prepared = prepare(Path(program), build=build, config=config)
     # Everything alive now is ppy's (the parser, the configuration, the
     # artifact, the modules it imported), not the program's. Moved out of the
     # collector's reach, none of it is traversed again by the collections the
@@ -58,15 +59,16 @@ def run(program: str, argv: list[str], *, build: bool = True) -> int:
     )
 
 
-def prepare(program: Path, *, build: bool = True) -> Prepared:
-    """Read the configuration and artifact, rebuild a stale one when ``build``,
-    and load the runtimes for the kinds it holds."""
+def prepare(program: Path, *, build: bool = True, config: Config | None = None) -> Prepared:
+    """Read the configuration (unless given) and artifact, rebuild a stale one
+    when ``build``, and load the runtimes for the kinds it holds."""
     from ppy.config import load_config
     from ppy.registry import load_runtimes
 
     if not program.is_file():
         raise UsageError(f"{program}: no such file", remedy="give the path of a .ppy program")
-    config = load_config(program)
+    if config is None:
+        config = load_config(program)
     artifact = _read(config)
     if build:
         from ppy.build.freshness import staleness

@@ -1,0 +1,233 @@
+"""The ``ppy run --warm`` side: find or start the key's server, hand it the
+run, pass signals on, and end as the run ended.
+
+Whatever keeps a server from serving (not Linux, an untrusted folder, a
+server that will not start, is stopping or full, a fork it refuses) sends
+the run down the cold path, with one warning saying why: a warm run is
+never lost and never served by the wrong server. Once the server has forked
+the run, the run is the child's: its exit status becomes this process's,
+and a child killed by a signal kills this process with the same signal, so
+a shell sees what it would see of ``python``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from ppy.warm.protocol import FORWARDED, ProtocolError, Request, receive, send
+
+if TYPE_CHECKING:
+    from ppy.config import Config
+    from ppy.warm.key import Key
+    from ppy.warm.place import Place
+
+__all__ = ["START_TIMEOUT", "Cold", "IDLE_ENV", "run_warm", "wants_warm"]
+
+#: How long a first run waits for its server to import jax and listen.
+START_TIMEOUT: Final = 120.0
+#: Overrides ``[tool.ppy.run] idle-timeout`` (seconds) for the servers started.
+IDLE_ENV: Final = "PPY_WARM_IDLE_TIMEOUT"
+WARM_ENV: Final = "PPY_WARM"
+
+
+class Cold(Exception):
+    """This run cannot be served warm; the message says why."""
+
+
+def wants_warm(flag: bool | None, config: Config) -> bool:
+    """``--warm``/``--no-warm``, else ``PPY_WARM``, else ``[tool.ppy.run] warm``."""
+    if flag is not None:
+        return flag
+    value = os.environ.get(WARM_ENV, "").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    return config.run.warm
+
+
+def run_warm(config: Config, ppy_argv: Sequence[str]) -> int | None:
+    """Serve this run from the warm server: its exit code, or None to run cold
+    (a warning has said why)."""
+    try:
+        return _serve(config, ppy_argv)
+    except Cold as why:
+        from ppy.log import get_logger
+
+        get_logger().warning("run.cold", reason=str(why), remedy=_remedy(str(why)))
+        return None
+
+
+def _remedy(reason: str) -> str:
+    if "Linux" in reason:
+        return "warm start needs Linux; the run is as fast as without --warm"
+    return "the run went cold and was not lost; `ppy server status` shows the servers"
+
+
+def _serve(config: Config, ppy_argv: Sequence[str]) -> int:
+    if not sys.platform.startswith("linux"):
+        raise Cold(f"warm start runs on Linux only, not {sys.platform}")
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            raise Cold(f"file descriptor {fd} is closed; a server cannot be handed it") from None
+    from ppy.warm.key import make_key
+    from ppy.warm.place import Place, Untrusted, prepare_folder, warm_folder
+
+    key = make_key(config.root, config.run.preload, os.environ)
+    try:
+        folder = prepare_folder(warm_folder())
+    except Untrusted as error:
+        raise Cold(str(error)) from None
+    place = Place(folder, key.name)
+    sock = _connect(place) or _start(place, key, config)
+    request = Request(
+        op="run",
+        key=key.digest,
+        ppy_argv=tuple(ppy_argv),
+        orig_argv=tuple(sys.orig_argv),
+        cwd=os.getcwd(),
+        env=dict(os.environ),
+        umask=_umask(),
+        ignored=tuple(int(n) for n in FORWARDED if signal.getsignal(n) is signal.SIG_IGN),
+    )
+    with sock:
+        try:
+            send(sock, request.to_json(), fds=(0, 1, 2))
+            reply, _ = receive(sock)
+        except (OSError, ProtocolError) as error:
+            raise Cold(f"the server did not take the run: {error}") from None
+        if reply is None or "started" not in reply:
+            reason = (reply or {}).get("cold") or (reply or {}).get("refused")
+            raise Cold(str(reason or (reply or {}).get("error") or "the server closed"))
+        from ppy.log import get_logger
+
+        get_logger().info("run.warm", server=place.name, pid=reply["started"])
+        return _wait(sock)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _connect(place: Place) -> socket.socket | None:
+    """A connection to the key's server, or None where none listens (a
+    socket a crashed server left behind is removed)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(place.address())
+        return sock
+    except FileNotFoundError:
+        sock.close()
+        return None
+    except ConnectionRefusedError:
+        sock.close()
+        place.remove()  # nobody listens: left by a server that died
+        return None
+    except OSError as error:
+        sock.close()
+        raise Cold(f"cannot reach the server at {place.socket}: {error.strerror}") from None
+
+
+def _start(place: Place, key: Key, config: Config) -> socket.socket:
+    """Start the key's server and connect; one run starts it while others wait."""
+    with open(place.lock, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        sock = _connect(place)
+        if sock is not None:
+            return sock
+        from ppy.log import get_logger
+
+        idle = os.environ.get(IDLE_ENV) or str(config.run.idle_timeout)
+        with open(place.log, "wb") as log:
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    *_interpreter_flags(),
+                    "-m",
+                    "ppy.warm.server",
+                    str(place.folder),
+                    place.name,
+                    key.digest,
+                    str(config.root),
+                    idle,
+                    *config.run.preload,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                cwd=place.folder,
+                start_new_session=True,
+                close_fds=True,
+            )
+        get_logger().info("run.warm_start", server=place.name, pid=process.pid)
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            sock = _connect(place)
+            if sock is not None:
+                return sock
+            if process.poll() is not None:
+                raise Cold(f"the server did not start: {_last_line(place)}")
+            time.sleep(0.02)
+        process.kill()
+        raise Cold(f"the server did not listen within {START_TIMEOUT:g} s")
+
+
+def _interpreter_flags() -> list[str]:
+    """The interpreter options this process runs with (``-X``, ``-W``, ``-O``...),
+    so the server's interpreter is set up as this one: they are in the key."""
+    return list(subprocess._args_from_interpreter_flags())  # type: ignore[attr-defined]
+
+
+def _last_line(place: Place) -> str:
+    try:
+        lines = place.log.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "no log"
+    return lines[-1] if lines else "it exited without a word"
+
+
+def _wait(sock: socket.socket) -> int:
+    """Pass signals on until the run ends; its exit code, or its signal."""
+    previous: dict[int, Any] = {}
+
+    def forward(number: int, _frame: object) -> None:
+        with contextlib.suppress(OSError, ProtocolError):
+            send(sock, {"signal": number})
+
+    for forwarded in FORWARDED:
+        if signal.getsignal(forwarded) is not signal.SIG_IGN:
+            previous[forwarded] = signal.signal(forwarded, forward)
+    try:
+        try:
+            reply, _ = receive(sock)
+        except (OSError, ProtocolError):
+            reply = None
+    finally:
+        for restored, handler in previous.items():
+            signal.signal(restored, handler)
+    if reply is None or type(reply.get("exit")) is not int:
+        print("ppy: error: the warm server ended during the run", file=sys.stderr)
+        return 1
+    status: int = reply["exit"]
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        signal.signal(number, signal.SIG_DFL)
+        os.kill(os.getpid(), number)
+        return 128 + number  # where the signal does not end the process
+    return os.waitstatus_to_exitcode(status)

@@ -1,0 +1,177 @@
+"""Who may use a server: this user only, through a private folder, with a
+request that is a bounded JSON object and nothing else."""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.warm.support import servers
+
+PROGRAM = "print('ran')\n"
+
+
+def _project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "model.ppy").write_text(PROGRAM)
+    (root / "pyproject.toml").write_text('[project]\nname = "demo"\n')
+    return root
+
+
+def _socket(tmp_path: Path) -> Path:
+    (found,) = (tmp_path / "cache" / "warm").glob("*.sock")
+    return found
+
+
+def _cold(done: subprocess.CompletedProcess[str], reason: str) -> None:
+    assert done.returncode == 0 and done.stdout == "ran\n"
+    (line,) = done.stderr.splitlines()
+    assert "run.cold" in line and reason in line, line
+
+
+def test_the_folder_is_private(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    with servers(root, tmp_path / "cache") as warm:
+        assert warm.warm().stdout == "ran\n"
+        folder = tmp_path / "cache" / "warm"
+        assert folder.stat().st_mode & 0o777 == 0o700
+        assert _socket(tmp_path).stat().st_mode & 0o777 == 0o600
+
+
+def test_a_folder_open_to_others_is_not_used(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    folder = tmp_path / "cache" / "warm"
+    folder.mkdir(parents=True)
+    folder.chmod(0o755)
+    with servers(root, tmp_path / "cache") as warm:
+        _cold(warm.warm(), "open to other users")
+        assert not list(folder.iterdir())
+
+
+def test_a_link_in_the_socket_path_is_not_followed(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "warm").symlink_to(elsewhere)
+    with servers(root, tmp_path / "cache") as warm:
+        _cold(warm.warm(), "symbolic link")
+        assert not list(elsewhere.iterdir())
+
+
+def _address(path: Path) -> str:
+    """Where to connect: the path may be longer than a socket address holds."""
+    from ppy.warm.place import Place
+
+    return Place(path.parent, path.stem).address()
+
+
+def _send_raw(path: Path, data: bytes) -> bytes:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(30)
+        sock.connect(_address(path))
+        reply = b""
+        try:
+            sock.sendall(data)
+            sock.shutdown(socket.SHUT_WR)
+            while chunk := sock.recv(65536):
+                reply += chunk
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the server hung up on it
+    return reply
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(struct.pack(">I", 1 << 30) + b"{", id="oversized"),
+        pytest.param(struct.pack(">I", 9) + b"not json!", id="garbled"),
+        pytest.param(struct.pack(">I", 2) + b"[]", id="not an object"),
+        pytest.param(
+            struct.pack(">I", 43) + b'{"op":"run","key":"x","__reduce__":"os.sy"}', id="unknown"
+        ),
+        pytest.param(b"\x00\x00", id="cut short"),
+    ],
+)
+def test_a_bad_request_is_refused_and_the_server_serves_on(tmp_path: Path, data: bytes) -> None:
+    root = _project(tmp_path)
+    with servers(root, tmp_path / "cache") as warm:
+        warm.warm()
+        reply = _send_raw(_socket(tmp_path), data)
+        assert b"started" not in reply
+        assert warm.warm().stdout == "ran\n"
+        (server,) = warm.servers()
+        assert server["served"] == 2
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another uid needs root")
+def test_another_user_is_refused(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    with servers(root, tmp_path / "cache") as warm:
+        warm.warm()
+        path = _socket(tmp_path)
+        # Let the other user reach the socket, so the server's own check is what refuses.
+        for opened in (tmp_path, tmp_path / "cache", path.parent):
+            opened.chmod(0o755)
+        path.chmod(0o777)
+        probe = (
+            "import os, socket, sys\n"
+            "os.chdir(os.path.dirname(sys.argv[1]))\n"
+            "os.setgid(65534); os.setuid(65534)\n"
+            "s = socket.socket(socket.AF_UNIX)\n"
+            "s.connect(os.path.basename(sys.argv[1]))\n"
+            "print(s.recv(4096)[4:].decode())\n"
+            "try:\n"
+            '    s.sendall(bytes([0, 0, 0, 13]) + b\'{"op":"stop"}\')\n'
+            "    print(s.recv(4096)[4:].decode())\n"
+            "except OSError as error:\n"
+            "    print('hung up:', error)\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        assert "refused" in done.stdout and "stopping" not in done.stdout
+        assert len(warm.servers()) == 1  # still there, still serving
+        path.parent.chmod(0o700)
+        assert warm.warm().stdout == "ran\n"
+
+
+def test_a_request_with_another_key_is_sent_cold(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    with servers(root, tmp_path / "cache") as warm:
+        warm.warm()
+        request = (
+            b'{"op":"run","key":"' + b"0" * 64 + b'","ppy_argv":["run","model.ppy"],'
+            b'"orig_argv":[],"cwd":"/","env":{},"umask":18,"ignored":[]}'
+        )
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(30)
+            sock.connect(_address(_socket(tmp_path)))
+            sock.sendmsg(
+                [struct.pack(">I", len(request)) + request],
+                [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("3i", 0, 1, 2))],
+            )
+            reply = sock.recv(4096)
+        assert b"another key" in reply and b'"started"' not in reply
+
+
+def test_a_run_is_never_lost_to_a_dead_server_folder(tmp_path: Path) -> None:
+    """Socket files that answer nothing (a crash left them) are cleaned, not trusted."""
+    root = _project(tmp_path)
+    with servers(root, tmp_path / "cache") as warm:
+        warm.warm()
+        path = _socket(tmp_path)
+        warm.stop()
+        # A plain file where the socket was: not a server; the run still runs.
+        path.unlink(missing_ok=True)
+        path.write_text("")
+        done = warm.run("run", "--warm", "model.ppy")
+        assert done.stdout == "ran\n" and done.returncode == 0
