@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import measure, projects
+from . import projects
 from .measure import Comparison
-from .startup import first_calls, modes
+from .startup import first_calls, interleaved
 
 __all__ = ["SHARDED", "nothing_staged", "optax_training", "sharded"]
 
@@ -25,29 +25,29 @@ SHARDED = "4-device data-parallel MLP"
 def optax_training(scratch: Path, rounds: int) -> list[Comparison]:
     """Case 6: the optax training program, staged through ppy.Like."""
     project = projects.optax_training(scratch / "optax")
-    runs = measure.interleave(modes(project, scratch / "optax-caches"), rounds, scratch)
     case = "optax training"
+    runs, start = interleaved(project, scratch / "optax-caches", rounds, case)
     wall = {name: [run.wall_s for run in mode_runs] for name, mode_runs in runs.items()}
     params = {"hidden": projects.OPTAX_HIDDEN, "steps": projects.OPTAX_STEPS}
     return [
         Comparison(case, "first call", "s", "python", first_calls(runs, case), params),
         Comparison(case, "whole process", "s", "python", wall, params),
+        start,
     ]
 
 
 def nothing_staged(scratch: Path, rounds: int) -> list[Comparison]:
     """Case 7: the same program with nothing staged (the project is not opted in)."""
     project = projects.optax_training(scratch / "unstaged", opted_in=False)
-    runs = measure.interleave(
-        modes(project, scratch / "unstaged-caches", staged=False), rounds, scratch
-    )
+    case = "nothing staged"
+    runs, start = interleaved(project, scratch / "unstaged-caches", rounds, case, staged=False)
     wall = {name: [r.wall_s for r in mode_runs] for name, mode_runs in runs.items()}
-    return [Comparison("nothing staged", "whole process", "s", "python", wall)]
+    return [Comparison(case, "whole process", "s", "python", wall), start]
 
 
 def sharded(scratch: Path, rounds: int) -> list[Comparison]:
     """Case 8: examples/60_sharded, the data-parallel MLP on four devices."""
     project = projects.sharded_example(scratch / "sharded")
-    runs = measure.interleave(modes(project, scratch / "sharded-caches"), rounds, scratch)
+    runs, start = interleaved(project, scratch / "sharded-caches", rounds, SHARDED)
     wall = {name: [r.wall_s for r in mode_runs] for name, mode_runs in runs.items()}
-    return [Comparison(SHARDED, "whole process", "s", "python", wall, {"devices": 4})]
+    return [Comparison(SHARDED, "whole process", "s", "python", wall, {"devices": 4}), start]

@@ -416,4 +416,6 @@ def optax_training(root: Path, *, opted_in: bool = True) -> Path:
     """An MLP trained with optax; ``train_step`` takes pytrees described by ``ppy.Like``."""
     text = OPTAX_MODEL.format(hidden=OPTAX_HIDDEN, steps=OPTAX_STEPS)
     pyproject = JAX_PYPROJECT if opted_in else '[project]\nname = "{name}"\n'
+    # The warm-start server imports optax too (ppy run --warm).
+    pyproject += '\n[tool.ppy.run]\npreload = ["optax"]\n'
     return _project(root, "optax-training", {"model.ppy": text}, pyproject)

@@ -7,7 +7,11 @@ Four modes, one fresh process each per round, interleaved:
   warm (``JAX_COMPILATION_CACHE_DIR``, minimum compile time 0, any entry size);
 - ``ppy run cold``: ``ppy run model.ppy`` on the built artifact with an empty
   executable cache (``PPY_CACHE_DIR``), so the staged StableHLO is compiled;
-- ``ppy run warm``: the same with the executable cache filled by an earlier run.
+- ``ppy run warm``: the same with the executable cache filled by an earlier run;
+- ``ppy run --warm``: the same, each run forked from a warm-start server
+  (docs/warm-start.md) that one untimed run started before the rounds; its
+  executable cache is filled too, and in one fixed folder, since the cache
+  folder is part of the server's key.
 
 Every process starts with the caches of its mode as they were filled, so
 none sees what another wrote. The deep model also reports its first call of
@@ -16,16 +20,29 @@ none sees what another wrote. The deep model also reports its first call of
 
 from __future__ import annotations
 
+import json
+import shutil
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from . import measure, projects
 from .machine import ppy_command
 from .measure import Comparison, Mode
 
-__all__ = ["MODES", "deep_models", "first_calls", "modes", "page_example"]
+__all__ = [
+    "MODES",
+    "deep_models",
+    "first_calls",
+    "interleaved",
+    "modes",
+    "page_example",
+    "server_start",
+    "warm_server",
+]
 
-MODES = ("python", "python + jax cache", "ppy run cold", "ppy run warm")
+MODES = ("python", "python + jax cache", "ppy run cold", "ppy run warm", "ppy run --warm")
 
 
 def _jax_cache(directory: Path) -> dict[str, str]:
@@ -62,6 +79,8 @@ def modes(project: Path, scratch: Path, *, staged: bool = True) -> list[Mode]:
     )
     copy_ppy = measure.warm_copy(ppy_filled)
     copy_jax = measure.warm_copy(jax_filled)
+    served = scratch / "ppy-served"
+    shutil.copytree(ppy_filled, served)
     return [
         Mode("python", python, project, lambda p: {"PPY_CACHE_DIR": str(p / "ppy-cache")}),
         Mode(
@@ -72,7 +91,57 @@ def modes(project: Path, scratch: Path, *, staged: bool = True) -> list[Mode]:
         ),
         Mode("ppy run cold", run, project, lambda p: {"PPY_CACHE_DIR": str(p / "ppy-cache")}),
         Mode("ppy run warm", run, project, lambda p: {"PPY_CACHE_DIR": str(copy_ppy(p))}),
+        Mode(
+            "ppy run --warm",
+            [*ppy, "run", "--warm", "model.ppy"],
+            project,
+            lambda _p: {"PPY_CACHE_DIR": str(served)},
+        ),
     ]
+
+
+@contextmanager
+def warm_server(project: Path, scratch: Path) -> Iterator[dict[str, float]]:
+    """The warm-start server of ``modes``'s ``ppy run --warm``, started by an
+    untimed first run and stopped at the end. Yields what it cost: the first
+    run's wall time (server start included) and, once the block has run, the
+    server's resident memory while idle."""
+    env = {"PPY_CACHE_DIR": str(scratch / "ppy-served")}
+    first = measure.run_once([*ppy_command(), "run", "--warm", "model.ppy"], project, env)
+    cost = {"first_run_s": first.wall_s}
+    try:
+        yield cost
+        status = measure.run_once([*ppy_command(), "server", "status", "--json"], project, env)
+        servers = json.loads(status.stdout)
+        if len(servers) != 1:
+            raise SystemExit(f"wanted one warm server for {project}, found {len(servers)}")
+        cost["idle_rss_mib"] = servers[0]["rss"] / 2**20
+        cost["runs_served"] = servers[0]["served"]
+    finally:
+        measure.run_once([*ppy_command(), "server", "stop"], project, env)
+
+
+def server_start(case: str, cold: list[float], cost: dict[str, float]) -> Comparison:
+    """The first ``ppy run --warm`` (which starts the server) against a cold run."""
+    return Comparison(
+        case,
+        "first --warm run (starts the server)",
+        "s",
+        "ppy run cold",
+        {"ppy run cold": cold, "first ppy run --warm": [cost["first_run_s"]]},
+        {"server_idle_rss_mib": round(cost["idle_rss_mib"], 1)},
+    )
+
+
+def interleaved(
+    project: Path, scratch: Path, rounds: int, case: str, *, staged: bool = True
+) -> tuple[dict[str, list[measure.Run]], Comparison]:
+    """The five modes' runs, interleaved, and what the warm server cost."""
+    all_modes = modes(project, scratch, staged=staged)
+    with warm_server(project, scratch) as cost:
+        runs = measure.interleave(all_modes, rounds, scratch)
+    cold = [run.wall_s for run in runs["ppy run cold"]]
+    return runs, server_start(case, cold, cost)
 
 
 def first_calls(runs: dict[str, list[measure.Run]], case: str) -> dict[str, list[float]]:
@@ -89,9 +158,10 @@ def first_calls(runs: dict[str, list[measure.Run]], case: str) -> dict[str, list
 def page_example(scratch: Path, rounds: int) -> list[Comparison]:
     """Case 1: the whole process of the page's example, per mode."""
     project = projects.page_example(scratch / "page")
-    runs = measure.interleave(modes(project, scratch / "page-caches"), rounds, scratch)
+    case = "page example"
+    runs, start = interleaved(project, scratch / "page-caches", rounds, case)
     samples = {name: [run.wall_s for run in mode_runs] for name, mode_runs in runs.items()}
-    return [Comparison("page example", "whole process", "s", "python", samples)]
+    return [Comparison(case, "whole process", "s", "python", samples), start]
 
 
 def deep_models(scratch: Path, rounds: int, depths: tuple[int, ...]) -> list[Comparison]:
@@ -99,12 +169,12 @@ def deep_models(scratch: Path, rounds: int, depths: tuple[int, ...]) -> list[Com
     found: list[Comparison] = []
     for layers in depths:
         project = projects.deep_model(scratch / f"deep-{layers}", layers)
-        depth_modes = modes(project, scratch / f"deep-{layers}-caches")
-        runs = measure.interleave(depth_modes, rounds, scratch)
+        case = f"deep model, {layers} layers"
+        runs, start = interleaved(project, scratch / f"deep-{layers}-caches", rounds, case)
         first = first_calls(runs, f"deep model ({layers} layers)")
         wall = {name: [run.wall_s for run in mode_runs] for name, mode_runs in runs.items()}
         params = {"layers": layers, "width": projects.WIDTH}
-        case = f"deep model, {layers} layers"
         found.append(Comparison(case, "first call", "s", "python", first, params))
         found.append(Comparison(case, "whole process", "s", "python", wall, params))
+        found.append(start)
     return found

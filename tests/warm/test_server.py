@@ -249,5 +249,53 @@ def test_elsewhere_than_linux_the_run_goes_cold(
     root = _project(tmp_path)
     monkeypatch.setattr(sys, "platform", "darwin")
     configure(0)
-    assert run_warm(load_config(root), ["run", "--warm", "model.ppy"]) is None
+    program = root / "model.ppy"
+    assert run_warm(load_config(root), program, ["run", "--warm", "model.ppy"]) is None
     assert "Linux only" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'os.environ["JAX_ENABLE_X64"] = "1"',
+        'os.environ.setdefault("JAX_ENABLE_X64", "1")',
+        'os.environ.update({"JAX_ENABLE_X64": "1"})',
+        'os.environ[name] = "1"',
+    ],
+)
+def test_a_program_that_sets_jax_variables_before_import_runs_cold(
+    tmp_path: Path, line: str
+) -> None:
+    program = f'import os\nname = "JAX_ENABLE_X64"\n{line}\nimport jax.numpy as jnp\n'
+    program += "print(jnp.ones(1).dtype)\n"
+    root = _project(tmp_path, program=program)
+    with servers(root, tmp_path / "cache") as project:
+        done = project.warm()
+        assert done.stdout == project.python().stdout == "float64\n"
+    (warning,) = done.stderr.splitlines()
+    assert "run.cold" in warning and "model.ppy:3" in warning
+
+
+def test_a_program_that_sets_xla_flags_is_served_warm(tmp_path: Path) -> None:
+    program = (
+        'import os\nos.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=3"\n'
+        "import jax\nprint(jax.device_count())\n"
+    )
+    root = _project(tmp_path, program=program)
+    with servers(root, tmp_path / "cache") as project:
+        done = project.run("-v", "--log-format", "json", "run", "--warm", "model.ppy")
+        assert done.stdout == project.python().stdout == "3\n"
+        assert _events(done.stderr, "run.warm")
+
+
+def test_a_preload_that_starts_the_backend_sends_runs_cold(tmp_path: Path) -> None:
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "eager.py").write_text("import jax\njax.devices()\n")
+    root = _project(tmp_path, '[tool.ppy.run]\npreload = ["eager"]\n')
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(lib), os.environ.get("PYTHONPATH")) if p)}
+    with servers(root, tmp_path / "cache") as project:
+        done = project.run("run", "--warm", "model.ppy", env=env)
+    assert done.returncode == 0 and done.stdout == "ran []\n"
+    (line,) = done.stderr.splitlines()
+    assert "run.cold" in line and "backend" in line

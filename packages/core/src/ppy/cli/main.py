@@ -297,7 +297,7 @@ def _run(args: argparse.Namespace, argv: list[str], warm: bool | None) -> int:
 
         config = load_config(program)
         if wants_warm(args.warm, config):
-            code = run_warm(config, argv)
+            code = run_warm(config, program, argv)
             if code is not None:
                 return code
     return run(args.program, list(args.args), build=not args.no_build, config=config)

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from ppy.warm.protocol import FORWARDED, ProtocolError, Request, receive, send
@@ -55,11 +56,11 @@ def wants_warm(flag: bool | None, config: Config) -> bool:
     return config.run.warm
 
 
-def run_warm(config: Config, ppy_argv: Sequence[str]) -> int | None:
-    """Serve this run from the warm server: its exit code, or None to run cold
-    (a warning has said why)."""
+def run_warm(config: Config, program: Path, ppy_argv: Sequence[str]) -> int | None:
+    """Serve the run of ``program`` from the warm server: its exit code, or
+    None to run cold (a warning has said why)."""
     try:
-        return _serve(config, ppy_argv)
+        return _serve(config, program, ppy_argv)
     except Cold as why:
         from ppy.log import get_logger
 
@@ -73,9 +74,14 @@ def _remedy(reason: str) -> str:
     return "the run went cold and was not lost; `ppy server status` shows the servers"
 
 
-def _serve(config: Config, ppy_argv: Sequence[str]) -> int:
+def _serve(config: Config, program: Path, ppy_argv: Sequence[str]) -> int:
     if not sys.platform.startswith("linux"):
         raise Cold(f"warm start runs on Linux only, not {sys.platform}")
+    from ppy.warm.source import environment_write
+
+    written = environment_write(program)
+    if written is not None:
+        raise Cold(written)
     for fd in (0, 1, 2):
         try:
             os.fstat(fd)

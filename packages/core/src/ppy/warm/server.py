@@ -383,6 +383,12 @@ def _preload(preload: list[str]) -> None:
     del ppy
 
 
+def _backend_started() -> bool:
+    """Whether jax has created a backend (a client, its threads, devices)."""
+    bridge = sys.modules.get("jax._src.xla_bridge")
+    return bool(getattr(bridge, "_backends", None))
+
+
 def main(argv: list[str]) -> Job | None:
     """Start, serve; a Job in a forked child, None when the server is done."""
     from ppy.warm.key import make_key
@@ -396,6 +402,13 @@ def main(argv: list[str]) -> Job | None:
         print("ppy warm server: this environment gives another key; not serving", file=sys.stderr)
         return None
     _preload(preload)
+    if _backend_started():
+        print(
+            "ppy warm server: a preloaded module started jax's backend, which a fork "
+            f"cannot share; not serving (preload: {', '.join(preload)})",
+            file=sys.stderr,
+        )
+        return None
     gc.collect()
     gc.freeze()  # what every child inherits is never traversed again, nor copied
     server = Server(Place(Path(folder), name), digest, float(idle), dict(key.parts))
