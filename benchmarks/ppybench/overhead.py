@@ -6,7 +6,9 @@ each staged function is timed against its own jitted original
 params tree of ten arrays (``ppy.Like``), and an input the description
 refuses, whose call falls back to the jitted one.
 Each figure is the best of five rounds of many calls after warm-up; the
-samples are one per fresh process.
+samples are one per fresh process. Each round also runs the program with
+``ppy run --warm``, forked from a warm-start server, whose calls must cost
+what they cost in a process of its own.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ from pathlib import Path
 from . import measure, projects
 from .machine import ppy_command
 from .measure import Comparison
+from .startup import warm_server
 
 __all__ = ["call_overhead"]
 
+#: The figures of a run forked from a warm-start server, by side.
+WARM = {"jitted": "jitted (--warm)", "staged": "staged (--warm)"}
 INPUTS = {
     "small": "small input (8x4)",
     "medium": "medium input (64x256)",
@@ -33,15 +38,21 @@ def call_overhead(scratch: Path, processes: int, calls: int) -> list[Comparison]
     ppy = ppy_command()
     measure.run_once([*ppy, "build"], project, {"PPY_CACHE_DIR": str(scratch / "overhead-build")})
     samples: dict[str, dict[str, list[float]]] = {
-        name: {"jitted": [], "staged": []} for name in INPUTS
+        name: {side: [] for side in ("jitted", "staged", *WARM.values())} for name in INPUTS
     }
-    for index in range(processes):
-        cache = {"PPY_CACHE_DIR": str(scratch / f"overhead-cache-{index}")}
-        run = measure.run_once([*ppy, "run", "model.ppy"], project, cache)
-        figures = json.loads(run.stdout.strip().splitlines()[-1])
-        for name in INPUTS:
-            for side in ("jitted", "staged"):
-                samples[name][side].append(figures[name][side])
+    with warm_server(project, scratch / "overhead-caches") as _cost:
+        served = {"PPY_CACHE_DIR": str(scratch / "overhead-caches" / "ppy-served")}
+        for index in range(processes):
+            cache = {"PPY_CACHE_DIR": str(scratch / f"overhead-cache-{index}")}
+            for command, env, sides in (
+                ([*ppy, "run", "model.ppy"], cache, {"jitted": "jitted", "staged": "staged"}),
+                ([*ppy, "run", "--warm", "model.ppy"], served, WARM),
+            ):
+                run = measure.run_once(command, project, env)
+                figures = json.loads(run.stdout.strip().splitlines()[-1])
+                for name in INPUTS:
+                    for side, mode in sides.items():
+                        samples[name][mode].append(figures[name][side])
     return [
         Comparison("per-call overhead", label, "s", "jitted", samples[name], {"calls": calls})
         for name, label in INPUTS.items()

@@ -92,7 +92,7 @@ def draw(comparisons: Sequence[Comparison], directory: Path) -> list[Path]:
     made = [
         _startup(comparisons, directory / "startup_vs_depth.png"),
         _bars(
-            [c for c in comparisons if c.case == "page example"],
+            [c for c in comparisons if c.case == "page example" and c.label == "whole process"],
             directory / "page_example.png",
             "The page's example, whole process",
             log=False,

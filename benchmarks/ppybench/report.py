@@ -56,9 +56,13 @@ def render(record: Mapping[str, Any]) -> str:
         comparison = Comparison.from_json(data)
         medians = comparison.medians
         base = comparison.baseline
+        label = comparison.label
+        rss = comparison.params.get("server_idle_rss_mib")
+        if rss is not None:
+            label += f"; server idle RSS {rss} MiB"
         for mode, ratio in comparison.ratios.items():
             lines.append(
-                f"| {comparison.case} | {comparison.label} | {base} | {_seconds(medians[base])} "
+                f"| {comparison.case} | {label} | {base} | {_seconds(medians[base])} "
                 f"| {mode} | {_seconds(medians[mode])} | {_ratio(ratio)} |"
             )
     targets = record.get("targets", [])

@@ -106,7 +106,9 @@ def warm_server(project: Path, scratch: Path) -> Iterator[dict[str, float]]:
     untimed first run and stopped at the end. Yields what it cost: the first
     run's wall time (server start included) and, once the block has run, the
     server's resident memory while idle."""
-    env = {"PPY_CACHE_DIR": str(scratch / "ppy-served")}
+    served = scratch / "ppy-served"
+    served.mkdir(parents=True, exist_ok=True)
+    env = {"PPY_CACHE_DIR": str(served)}
     first = measure.run_once([*ppy_command(), "run", "--warm", "model.ppy"], project, env)
     cost = {"first_run_s": first.wall_s}
     try:
