@@ -95,6 +95,7 @@ QUICK = (
     "tests/benchmarks",
     "tests/fidelity",
     "tests/programs",
+    "tests/warm",
 )
 
 
