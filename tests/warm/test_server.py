@@ -239,19 +239,27 @@ def test_a_preload_that_fails_sends_the_run_cold(tmp_path: Path) -> None:
     assert "run.cold" in line and "no_such_module_here" in line
 
 
-def test_elsewhere_than_linux_the_run_goes_cold(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from ppy.config import load_config
-    from ppy.log import configure
-    from ppy.warm.client import run_warm
-
+def test_elsewhere_than_linux_the_run_goes_cold(tmp_path: Path) -> None:
     root = _project(tmp_path)
-    monkeypatch.setattr(sys, "platform", "darwin")
-    configure(0)
-    program = root / "model.ppy"
-    assert run_warm(load_config(root), program, ["run", "--warm", "model.ppy"]) is None
-    assert "Linux only" in capsys.readouterr().err
+    project = Warm(root, tmp_path / "cache")
+    as_if_elsewhere = (
+        "import sys; sys.platform = 'darwin'\n"
+        "from ppy.cli.main import main\n"
+        "sys.exit(main(['run', '--warm', 'model.ppy']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", as_if_elsewhere],
+        cwd=root,
+        env=project.env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0 and done.stdout == "ran []\n"
+    (line,) = done.stderr.splitlines()
+    assert "run.cold" in line and "Linux only" in line
+    assert not (tmp_path / "cache" / "warm").exists()
 
 
 @pytest.mark.parametrize(
