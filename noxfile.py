@@ -96,6 +96,7 @@ QUICK = (
     "tests/fidelity",
     "tests/programs",
     "tests/warm",
+    "tests/record",
 )
 
 

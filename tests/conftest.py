@@ -28,8 +28,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-#: What a copy of an example leaves out: build outputs of earlier runs.
-EXAMPLE_OUTPUTS = shutil.ignore_patterns(".ppy", "__pycache__", "build", "*.egg-info")
+#: What a copy of an example leaves out: build outputs of earlier runs (the
+#: artifact and its side files; a committed ``.ppy/signatures.json`` is kept).
+EXAMPLE_OUTPUTS = shutil.ignore_patterns("*.ppyz", "*.ppyz.*", "__pycache__", "build", "*.egg-info")
 
 #: The model libraries real programs use (noxfile.MODEL_LIBRARIES): a test of a
 #: program that imports one is marked ``models``, which ``nox -s quick`` leaves out.
@@ -40,7 +41,8 @@ models = pytest.mark.models
 def uses_model_library(folder: Path) -> bool:
     """Whether a project's sources import one of ``MODEL_LIBRARIES``."""
     pattern = re.compile(rf"^\s*(?:import|from)\s+({'|'.join(MODEL_LIBRARIES)})\b", re.M)
-    return any(pattern.search(p.read_text()) for p in sorted(folder.rglob("*.ppy")))
+    sources = sorted(p for p in folder.rglob("*.ppy") if p.is_file())
+    return any(pattern.search(p.read_text()) for p in sources)
 
 
 #: Warm servers the tests start live in the test's own cache folder (never in

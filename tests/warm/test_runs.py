@@ -241,9 +241,7 @@ print("not reached")
 """
 
 
-@pytest.mark.parametrize(
-    "number", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT]
-)
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT])
 def test_a_signal_to_the_client_reaches_the_run(tmp_path: Path, number: int) -> None:
     root = _project(tmp_path, SLEEPER)
     with servers(root, tmp_path / "cache") as warm:

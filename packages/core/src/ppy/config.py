@@ -310,11 +310,27 @@ def _parse(pyproject: Path) -> dict[str, Any]:
         ) from error
 
 
-def _digest(table: Mapping[str, Any]) -> str:
+def _digest(table: Mapping[str, Any], recorded: str | None = None) -> str:
+    """The table's digest; with the recorded signatures' digest folded in where
+    the project has them, so a new recording makes the artifact stale."""
+    document = dict(table) if recorded is None else {**table, " recorded": recorded}
     canonical = json.dumps(
-        table, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str
+        document, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str
     )
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+#: ``ppy record``'s file (``ppy.record.signatures.FILE``), relative to the root.
+SIGNATURES: Final = ".ppy/signatures.json"
+
+
+def _recorded(root: Path) -> str | None:
+    """The sha256 of the project's recorded signatures, or None without them."""
+    try:
+        with open(root / SIGNATURES, "rb") as file:
+            return hashlib.sha256(file.read()).hexdigest()
+    except OSError:
+        return None
 
 
 def _tool_ppy(document: Mapping[str, Any], path: str) -> Mapping[str, Any]:
@@ -448,6 +464,6 @@ def load_config(target: Path) -> Config:
         build_execution=settings["build-execution"] == "allow",
         artifact=_artifact_path(root, settings["artifact"], path),
         plugins=_plugin_tables(settings["plugins"], path),
-        digest=_digest({k: v for k, v in table.items() if k != "run"}),
+        digest=_digest({k: v for k, v in table.items() if k != "run"}, _recorded(root)),
         run=_run_settings(settings["run"], path),
     )

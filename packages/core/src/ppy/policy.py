@@ -99,6 +99,25 @@ _ARRAY_ANNOTATIONS: Final = frozenset({"jax.Array", "jnp.ndarray", "np.ndarray",
 _VALUE_ANNOTATIONS: Final = frozenset({"bool", "int", "float", "str", "complex"})
 
 
+def _remedies(missing: Sequence[Parameter]) -> str:
+    """How to describe ``missing``: one line for all the unannotated ones (a
+    recording describes them all at once), each annotation's own otherwise."""
+    bare = [p for p in missing if not (p.annotation or "").strip() and p.spec.dtype is None]
+    others = [_describe_remedy(p) for p in missing if p not in bare]
+    if len(bare) > 1:
+        names = ", ".join(p.name for p in bare)
+        others.insert(
+            0,
+            "run `ppy record FILE` to describe them from a real run (docs/recording.md), or "
+            f"annotate {names}: arrays as Annotated[jax.Array, ppy.Shape(...), "
+            'ppy.DType(...)] or with jaxtyping (Float32[Array, "B 4"]), pytrees with '
+            "ppy.Like(example)",
+        )
+    elif bare:
+        others.insert(0, _describe_remedy(bare[0]))
+    return "; ".join(others)
+
+
 def _describe_remedy(parameter: Parameter) -> str:
     """How to describe one parameter, in the form its annotation suggests."""
     array = (
@@ -121,7 +140,10 @@ def _describe_remedy(parameter: Parameter) -> str:
             "bool or Literal[...] so each value is staged"
         )
     if not annotation:
-        return f"{array}; or, if it is a pytree, {tree.removeprefix('describe the pytree ')}"
+        return (
+            f"run `ppy record FILE` to describe it from a real run (docs/recording.md), or "
+            f"{array}; or, if it is a pytree, {tree.removeprefix('describe the pytree ')}"
+        )
     return tree
 
 
@@ -148,7 +170,13 @@ def _render(parameter: Parameter) -> str:
 
 
 def signature(function: FunctionInfo) -> str:
-    """``score(x: float32[B,4])``; what discovery cannot tell is shown as ``?``."""
+    """``score(x: float32[B,4])``; what discovery cannot tell is shown as ``?``;
+    ``[recorded: 12 calls in 2 runs]`` after it where a recording described it."""
+    written = _signature(function)
+    return f"{written} [{function.recorded}]" if function.recorded else written
+
+
+def _signature(function: FunctionInfo) -> str:
     parameters = _positional(function)
     arrays = all(p.spec.shape is not None and p.spec.dtype is not None for p in parameters)
     if arrays and not function.static:
@@ -236,7 +264,7 @@ def _spec_checks(function: FunctionInfo, plugin: Plugin) -> list[Check]:
             if undescribed
             else f"{noun} {_names(missing)} {has} no {marker}; the trace needs each input's {what}"
         )
-        remedy = "; ".join(_describe_remedy(p) for p in missing)
+        remedy = _remedies(missing)
         checks.append(Check(rule, False, detail, remedy))
     return checks
 

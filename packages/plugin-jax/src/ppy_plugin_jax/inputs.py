@@ -45,7 +45,10 @@ def describe(parameter: Parameter, static: bool = False) -> dict[str, Any]:
     spec = parameter.spec
     array = None
     if spec.shape is not None and spec.dtype is not None:
-        array = {"dims": list(spec.shape), "dtype": spec.dtype, "ppy": not spec.jaxtyping}
+        # "ppy": written with ppy.Shape/ppy.DType, which the worker checks
+        # against the live annotation; jaxtyping and recordings have none.
+        written = not (spec.jaxtyping or spec.recorded)
+        array = {"dims": list(spec.shape), "dtype": spec.dtype, "ppy": written}
     sharding = None
     if spec.sharding is not None:
         sharding = [list(a) if isinstance(a, tuple) else a for a in spec.sharding]

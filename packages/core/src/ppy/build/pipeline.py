@@ -35,6 +35,8 @@ from ppy.layout import find_sources
 from ppy.log import get_logger
 from ppy.plugin import KNOWN_DECORATORS, Plugin, StageFailure, StageRequest, StageTarget
 from ppy.policy import decide_module
+from ppy.record.apply import apply_recording, unknown_functions
+from ppy.record.signatures import read_signatures, signatures_path
 from ppy.registry import Registry, by_decorator, load_plugins
 
 __all__ = ["BuildResult", "Project", "build", "build_project", "load_project", "read_previous"]
@@ -81,12 +83,20 @@ def load_project(config: Config, plugins: Registry | None = None) -> Project:
     plugins = plugins if plugins is not None else load_plugins()
     settings = _validated_settings(config, plugins)
     log = get_logger()
+    recorded = read_signatures(signatures_path(config.root))
     modules: list[ModuleInfo] = []
     for path in find_sources(config.root):
         module = discover_module(config.root, path)
         if module.syntax_error:
             log.warning("build.syntax_error", module=module.name, error=module.syntax_error)
-        modules.append(module)
+        modules.append(apply_recording(module, recorded))
+    for name in unknown_functions(recorded, modules):
+        log.warning(
+            "build.recording_unknown",
+            function=name,
+            reason="recorded, but no module of the project defines it now; ignored",
+            remedy="record again with `ppy record --replace` to drop it",
+        )
     table = by_decorator(plugins)
     decisions = tuple(
         decision
@@ -272,11 +282,11 @@ def _settle(
             decision = ledger.decisions[target.module.name, function.qualname]
             result = results.get((target.module.name, function.qualname))
             if isinstance(result, Entry):
+                reason = f"{plugin.verb} for {', '.join(result.platforms)}"
+                if function.recorded:  # where the description came from
+                    reason += f"; {function.recorded}"
                 settled = decision.settle(
-                    Outcome.STAGED,
-                    "staged",
-                    f"{plugin.verb} for {', '.join(result.platforms)}",
-                    signature=result.signature,
+                    Outcome.STAGED, "staged", reason, signature=result.signature
                 )
                 ledger.settle(settled, result)
             else:

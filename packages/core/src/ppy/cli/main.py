@@ -1,4 +1,5 @@
-"""The ``ppy`` command: build, run, inspect, explain, plugins, cache, doctor.
+"""The ``ppy`` command: build, run, record, server, inspect, explain, plugins,
+cache, doctor.
 
 Exit codes: 0 success, 1 the program or the build failed, 2 bad usage or bad
 configuration. Errors a user can act on are one message on stderr with the
@@ -98,6 +99,24 @@ def _parser() -> argparse.ArgumentParser:
         "args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments passed to the program"
     )
     remainder.required = False  # argparse counts an empty remainder as missing
+
+    record = commands.add_parser(
+        "record",
+        parents=[common],
+        help="run a program and write down the signatures of its jitted calls",
+        description="Run FILE as `python FILE ARGS...` would, on the original jitted path, "
+        "and write the signatures of every call of the project's module-level jax.jit "
+        "functions to .ppy/signatures.json (merged with what is there). `ppy build` then "
+        "stages each recorded function as if its inputs were annotated (docs/recording.md).",
+    )
+    record.add_argument(
+        "--replace", action="store_true", help="start the file afresh instead of merging"
+    )
+    record.add_argument("program", metavar="FILE", help="the .ppy program to run")
+    rest = record.add_argument(
+        "args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments passed to the program"
+    )
+    rest.required = False
 
     inspect = commands.add_parser(
         "inspect",
@@ -240,6 +259,10 @@ def _main(argv: list[str], warm: bool | None) -> int:
             return _run(args, argv, warm)
         if args.command == "server":
             return _server(args)
+        if args.command == "record":
+            from ppy.record.session import record
+
+            return record(args.program, list(args.args), replace=args.replace)
         if args.command == "inspect":
             return _inspect(args)
         if args.command == "explain":

@@ -42,6 +42,8 @@ class ArraySpec:
     jaxtyping: bool = False
     #: ``ppy.Sharding``'s entries (a ``PartitionSpec``), or None where it has none.
     sharding: tuple[Axis, ...] | None = None
+    #: Read from recorded calls (``ppy record``), not from an annotation.
+    recorded: bool = False
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,9 @@ class FunctionInfo:
     #: For a module-level function, the other lines that bind its name at
     #: module level (another def, an assignment, an import, a ``global``).
     rebound: tuple[int, ...] = ()
+    #: Where a description came from a recording (``ppy record``): how many
+    #: calls in how many runs, such as ``recorded: 12 calls in 2 runs``.
+    recorded: str | None = None
 
     @property
     def name(self) -> str:

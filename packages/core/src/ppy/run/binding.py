@@ -31,7 +31,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import CodeType, ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ppy._hook import PpyFinder, find_ppy_source
 from ppy.layout import module_name
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from ppy.artifact.entry import Entry
     from ppy.artifact.model import Artifact
 
-__all__ = ["BIND_NAME", "Binder", "BindingFinder", "bind_source"]
+__all__ = ["BIND_NAME", "Binder", "BindingFinder", "Binds", "bind_source"]
 
 #: The name the inserted statements call; a dunder, so no program uses it.
 BIND_NAME = "__ppy_bind__"
@@ -105,6 +105,10 @@ class Binder:
         self.runtimes = runtimes
         self.root = root
 
+    def modules(self) -> set[str]:
+        """The modules that have something to bind."""
+        return {e.module for e in self.artifact.entries} if self.artifact is not None else set()
+
     def entries(self, module: str | None, source: bytes) -> dict[str, Entry]:
         """The entries of ``module`` that may be bound, by qualname."""
         if self.artifact is None or module is None:
@@ -157,10 +161,23 @@ class Binder:
         return code, self.binder(entries) if entries else None
 
 
+class Binds(Protocol):
+    """What ``BindingFinder`` and ``run_program`` need of a binder: a ``Binder``,
+    or ``ppy record``'s recorder, which wraps functions instead."""
+
+    root: Path
+
+    def modules(self) -> set[str]: ...
+
+    def code(
+        self, path: Path, module: str | None
+    ) -> tuple[CodeType, Callable[[str, Any], Any] | None]: ...
+
+
 class _BindingLoader(importlib.abc.Loader):
     """Executes a project ``.ppy`` module with its staged functions bound."""
 
-    def __init__(self, binder: Binder, path: Path, module: str) -> None:
+    def __init__(self, binder: Binds, path: Path, module: str) -> None:
         self.binder = binder
         self.path = path
         self.module = module
@@ -181,11 +198,9 @@ class _BindingLoader(importlib.abc.Loader):
 class BindingFinder(importlib.abc.MetaPathFinder):
     """Finds the project's ``.ppy`` modules that have entries in the artifact."""
 
-    def __init__(self, binder: Binder) -> None:
+    def __init__(self, binder: Binds) -> None:
         self.binder = binder
-        self.modules = (
-            {e.module for e in binder.artifact.entries} if binder.artifact is not None else set()
-        )
+        self.modules = binder.modules()
         #: The file stems those modules can be found under. Every import that
         #: the ordinary finders miss (jax tries dozens of optional ones) comes
         #: here; only these names are worth a look on disk.

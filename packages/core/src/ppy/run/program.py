@@ -21,7 +21,7 @@ from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING
 
 from ppy.layout import module_name
-from ppy.run.binding import BIND_NAME, Binder, BindingFinder
+from ppy.run.binding import BIND_NAME, Binder, BindingFinder, Binds
 from ppy.runtime import ManagedRuntime, Runtime
 
 if TYPE_CHECKING:
@@ -39,16 +39,18 @@ def run_program(
     artifact: Artifact | None,
     runtimes: Mapping[str, Runtime],
     root: Path,
+    binder: Binds | None = None,
 ) -> int:
     """Run ``program`` (the path as the user typed it) as ``__main__``; its exit
     code, as ``python`` would give it. An uncaught KeyboardInterrupt ends the
-    process by SIGINT, as python's does."""
+    process by SIGINT, as python's does. ``binder``: what replaces functions
+    as modules execute, if not a ``Binder`` of the artifact's entries."""
     import ppy  # noqa: F401 - installs the .ppy hook the finder goes ahead of
 
     # As python 3.9+ has them: argv[0] as typed, __file__ and the code's
     # filename absolute, sys.path[0] the script's real folder.
     path = Path(os.path.abspath(program))
-    binder = Binder(artifact, runtimes, root)
+    binder = binder if binder is not None else Binder(artifact, runtimes, root)
     finder = BindingFinder(binder)
     main = ModuleType("__main__")
     main.__dict__.update(

@@ -32,15 +32,16 @@ def environment_write(program: Path) -> str | None:
     except (OSError, SyntaxError, ValueError):
         return None  # the run reports it as python would
     for node in ast.walk(tree):
+        line = getattr(node, "lineno", 1)
         for key in _written_keys(node):
             if key is None:
                 return (
-                    f"{program.name}:{node.lineno} sets an environment variable named at run "
+                    f"{program.name}:{line} sets an environment variable named at run "
                     "time, which jax may read at import; the server imported jax already"
                 )
             if key.startswith(IMPORT_TIME_PREFIXES):
                 return (
-                    f"{program.name}:{node.lineno} sets {key}, which jax reads when it is "
+                    f"{program.name}:{line} sets {key}, which jax reads when it is "
                     "imported; the server imported jax already"
                 )
     return None

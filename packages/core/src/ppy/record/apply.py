@@ -1,0 +1,97 @@
+"""Recorded descriptions into discovery's records, for the build to decide on.
+
+A parameter the source does not describe takes its recorded description: an
+array's dims and dtype, or a static parameter's recorded values. Where the
+source describes a parameter, the annotation wins, and a recording that
+disagrees with it (another dtype, another fixed dim) is reported. Every rule
+that decides a described function then decides this one unchanged: the
+recording only stands in for the annotation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+
+from ppy.discovery.records import ArraySpec, FunctionInfo, ModuleInfo, Parameter
+from ppy.record.generalise import Described, generalise
+from ppy.record.signatures import Signatures
+
+__all__ = ["apply_recording", "unknown_functions"]
+
+
+def apply_recording(module: ModuleInfo, signatures: Signatures | None) -> ModuleInfo:
+    """``module`` with each function's undescribed parameters described as recorded."""
+    if signatures is None or module.syntax_error:
+        return module
+    functions = []
+    changed = False
+    for function in module.functions:
+        calls = signatures.for_function(module.name, function.qualname)
+        if calls is None or function.scope != "module":
+            functions.append(function)
+            continue
+        general = generalise(calls.signatures())
+        runs = signatures.runs
+        note = f"recorded: {calls.calls} call{'s' if calls.calls != 1 else ''} in {runs} run"
+        note += "s" if runs != 1 else ""
+        parameters = tuple(
+            _described(function, p, general.parameters.get(p.name)) for p in function.parameters
+        )
+        functions.append(dataclasses.replace(function, parameters=parameters, recorded=note))
+        changed = True
+    return dataclasses.replace(module, functions=tuple(functions)) if changed else module
+
+
+def _described(
+    function: FunctionInfo, parameter: Parameter, recorded: Described | None
+) -> Parameter:
+    if recorded is None:
+        return parameter
+    if parameter.name in function.static:
+        if parameter.choices is None and recorded.choices is not None:
+            return dataclasses.replace(parameter, choices=recorded.choices)
+        return parameter
+    if recorded.dims is None or recorded.dtype is None:
+        return parameter
+    if parameter.described or parameter.spec.problems:
+        _disagreement(function, parameter, recorded)
+        return parameter
+    if parameter.spec.shape is not None or parameter.spec.dtype is not None:
+        return parameter  # half described: the annotation's own remedy says what is missing
+    spec = ArraySpec(shape=recorded.dims, dtype=recorded.dtype, recorded=True)
+    return dataclasses.replace(parameter, spec=spec)
+
+
+def _disagreement(function: FunctionInfo, parameter: Parameter, recorded: Described) -> None:
+    """Log where the annotation and the recording say different things."""
+    spec = parameter.spec
+    if spec.shape is None or spec.dtype is None or recorded.dims is None:
+        return
+    fixed_differ = len(spec.shape) != len(recorded.dims) or any(
+        isinstance(a, int) and isinstance(r, int) and a != r
+        for a, r in zip(spec.shape, recorded.dims, strict=False)
+    )
+    if spec.dtype == recorded.dtype and not fixed_differ:
+        return
+    from ppy.log import get_logger
+
+    get_logger().warning(
+        "build.recording_disagrees",
+        module=function.module,
+        function=function.qualname,
+        parameter=parameter.name,
+        annotated=f"{spec.dtype}[{','.join(str(d) for d in spec.shape)}]",
+        recorded=recorded.rendered(),
+        remedy="the annotation is used; fix it, or record again with `ppy record --replace`",
+    )
+
+
+def unknown_functions(
+    signatures: Signatures | None, modules: Sequence[ModuleInfo]
+) -> Iterator[str]:
+    """The recorded functions that no module defines any more."""
+    if signatures is None:
+        return
+    defined = {f"{m.name}.{f.qualname}" for m in modules for f in m.functions}
+    yield from sorted(name for name in signatures.functions if name not in defined)

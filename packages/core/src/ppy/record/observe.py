@@ -1,0 +1,221 @@
+"""Watch a run's jitted calls: ``ppy record`` runs the program as python does,
+on the original jitted path everywhere, and notes what each call passed.
+
+The project's ``.ppy`` modules are executed through the same finder as
+``ppy run`` (``ppy.run.binding``), so each module-level ``jax.jit`` function
+is wrapped right after its ``def``: the wrapper notes the call's abstract
+signature, as jit sees it, then calls the jitted function itself. What is
+noted per input: an array's dtype and shape (and whether it is weakly typed
+or laid out over several devices), a static argument's value, a Python
+scalar's type, a pytree's structure and leaves. Values never leave the
+process; shapes and static literals are all the file holds.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import CodeType
+from typing import Any
+
+from ppy.discovery.records import FunctionInfo, ModuleInfo
+from ppy.record.signatures import FunctionCalls, Signatures
+from ppy.run.binding import bind_source
+
+__all__ = ["Recorder", "Unrecordable", "candidates"]
+
+#: The decorators whose functions are recorded.
+_JIT = "jax.jit"
+
+
+def candidates(modules: Sequence[ModuleInfo]) -> dict[str, dict[str, FunctionInfo]]:
+    """The module-level jitted functions of each module, by qualname."""
+    found: dict[str, dict[str, FunctionInfo]] = {}
+    for module in modules:
+        functions = {
+            f.qualname: f
+            for f in module.functions
+            if f.scope == "module" and any(d.name == _JIT for d in f.decorators)
+        }
+        if functions:
+            found[module.name] = functions
+    return found
+
+
+class Recorder:
+    """A binder for ``run_program`` that wraps instead of replacing."""
+
+    def __init__(self, root: Path, functions: Mapping[str, Mapping[str, FunctionInfo]]) -> None:
+        self.root = root
+        self.functions = functions
+        #: Per function (``module.qualname``), how often each signature was called.
+        self.seen: dict[str, Counter[str]] = {}
+        #: Per function, the calls that could not be written down, by why.
+        self.skipped: Counter[tuple[str, str]] = Counter()
+
+    def modules(self) -> set[str]:
+        return set(self.functions)
+
+    def code(
+        self, path: Path, module: str | None
+    ) -> tuple[CodeType, Callable[[str, Any], Any] | None]:
+        functions = self.functions.get(module or "", {})
+        code = bind_source(path.read_bytes(), str(path), frozenset(functions))
+        if not functions:
+            return code, None
+        assert module is not None
+
+        def bind(qualname: str, original: Any) -> Any:
+            return self._wrap(f"{module}.{qualname}", functions[qualname], original)
+
+        return code, bind
+
+    def _wrap(self, name: str, function: FunctionInfo, original: Any) -> Any:
+        python = inspect.unwrap(original)
+        try:
+            signature = inspect.signature(python)
+        except (TypeError, ValueError):
+            return original  # nothing to name the inputs by: left alone
+        positional = tuple(
+            p.name
+            for p in signature.parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        )
+        counter = self.seen.setdefault(name, Counter())
+        return _Recorded(original, positional, function.static, counter, self.skipped)
+
+    def signatures(self) -> Signatures:
+        """This run's calls as a file's content (one run)."""
+        found = Signatures(runs=1)
+        for name, counter in self.seen.items():
+            calls = FunctionCalls()
+            for key, count in counter.items():
+                if count:
+                    calls.counts[key] = count
+            if calls.counts:
+                found.functions[name] = calls
+        return found
+
+
+class _Recorded:
+    """A jitted function that notes each call's signature, then makes the call.
+
+    Everything else (``lower``, ``trace``, ``__wrapped__``, its repr) is the
+    jitted function's own.
+    """
+
+    __slots__ = ("__ppy_original__", "_counter", "_positional", "_skipped", "_static")
+
+    def __init__(
+        self,
+        original: Any,
+        positional: tuple[str, ...],
+        static: frozenset[str],
+        counter: Counter[str],
+        skipped: Counter[tuple[str, str]],
+    ) -> None:
+        self.__ppy_original__ = original
+        self._positional = positional
+        self._static = static
+        self._counter = counter
+        self._skipped = skipped
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            self._counter[_signature(self._positional, self._static, args, kwargs)] += 1
+        except _Traced:
+            pass  # inside another function's trace: inlined there, never a call of its own
+        except Unrecordable as why:
+            self._skipped[(_name(self.__ppy_original__), str(why))] += 1
+        return self.__ppy_original__(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__ppy_original__, name)
+
+    def __repr__(self) -> str:
+        return repr(self.__ppy_original__)
+
+
+class Unrecordable(Exception):
+    """A call whose inputs the file cannot hold; the message says why."""
+
+
+class _Traced(Exception):
+    """An input is a tracer: the call happens inside another jitted function's trace."""
+
+
+_TRACER: list[type] = []
+
+
+def _is_tracer(value: Any) -> bool:
+    if not _TRACER:
+        try:
+            from jax.core import Tracer
+        except ImportError:  # where jax.core no longer exports it
+            from jax._src.core import Tracer
+        _TRACER.append(Tracer)
+    return isinstance(value, _TRACER[0])
+
+
+def _name(function: Any) -> str:
+    return str(getattr(function, "__qualname__", getattr(function, "__name__", "?")))
+
+
+def _signature(
+    positional: Sequence[str], static: frozenset[str], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> str:
+    """The call's inputs as the file's canonical JSON."""
+    import json
+
+    inputs: dict[str, Any] = {}
+    for name, value in zip(positional, args, strict=False):
+        inputs[name] = _input(value, name in static)
+    for name, value in kwargs.items():
+        inputs[name] = _input(value, name in static)
+    return json.dumps(inputs, sort_keys=True, separators=(",", ":"))
+
+
+def _input(value: Any, static: bool) -> dict[str, Any]:
+    if static:
+        if value is None or type(value) in (bool, int, float, str):
+            return {"static": value}
+        raise Unrecordable(f"a static {type(value).__name__}, which is not a literal")
+    leaf = _leaf(value)
+    if leaf is not None:
+        return leaf
+    import jax
+
+    leaves, tree = jax.tree_util.tree_flatten(value)
+    found = []
+    for item in leaves:
+        described = _leaf(item)
+        if described is None:
+            raise Unrecordable(f"a {type(item).__name__} inside a pytree, which jit cannot take")
+        found.append(described)
+    return {"tree": str(tree), "leaves": found}
+
+
+def _leaf(value: Any) -> dict[str, Any] | None:
+    """An array, a Python scalar or None; None for anything else."""
+    if value is None:
+        return {"none": True}
+    if type(value) in (bool, int, float, complex):
+        return {"python": type(value).__name__}
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if isinstance(shape, tuple) and dtype is not None:
+        if _is_tracer(value):
+            raise _Traced
+        return _array(value, shape, dtype)
+    return None
+
+
+def _array(value: Any, shape: tuple[int, ...], dtype: Any) -> dict[str, Any]:
+    found: dict[str, Any] = {"array": f"{dtype}[{','.join(str(int(d)) for d in shape)}]"}
+    if getattr(value, "weak_type", False):
+        found["weak"] = True
+    sharding = getattr(value, "sharding", None)
+    if sharding is not None and len(getattr(sharding, "device_set", ())) > 1:
+        found["sharded"] = True
+    return found

@@ -1,0 +1,64 @@
+"""``ppy record FILE [ARGS]``: run the program as python would, and write down
+the signatures of its jitted calls.
+
+The program runs on the original jitted path everywhere, with nothing
+staged, and prints what python prints; ppy says nothing unless asked
+(``-v``). The file is read and checked before the program starts, so a
+damaged one stops the recording before any of the program's work is done,
+and it is written when the program ends (``sys.exit`` and an uncaught
+exception included; a process killed, or ended with ``os._exit``, writes
+nothing).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ppy.errors import UsageError
+
+__all__ = ["record"]
+
+
+def record(program: str, argv: list[str], *, replace: bool) -> int:
+    """Record a run of ``program``; the program's exit code."""
+    from ppy.config import load_config
+    from ppy.discovery.module import discover_module
+    from ppy.layout import find_sources
+    from ppy.log import get_logger
+    from ppy.record.observe import Recorder, candidates
+    from ppy.record.signatures import read_signatures, signatures_path, write_signatures
+    from ppy.run.program import run_program
+
+    path = Path(program)
+    if not path.is_file():
+        raise UsageError(f"{program}: no such file", remedy="give the path of a .ppy program")
+    config = load_config(path)
+    target = signatures_path(config.root)
+    previous = None if replace else read_signatures(target)
+    modules = [discover_module(config.root, source) for source in find_sources(config.root)]
+    recorder = Recorder(config.root, candidates(modules))
+    try:
+        return run_program(
+            program, argv, artifact=None, runtimes={}, root=config.root, binder=recorder
+        )
+    finally:
+        found = recorder.signatures()
+        if previous is not None:
+            previous.merge(found)
+            found = previous
+        write_signatures(target, found)
+        log = get_logger()
+        for (function, why), calls in sorted(recorder.skipped.items()):
+            log.warning(
+                "record.skipped",
+                function=function,
+                calls=calls,
+                reason=f"passed {why}; those calls are not in the file",
+                remedy="pass static arguments as bool, int, float, str or None",
+            )
+        log.info(
+            "record.written",
+            path=str(target),
+            functions=len(found.functions),
+            runs=found.runs,
+        )

@@ -1,0 +1,309 @@
+"""The signatures file: what ``ppy record`` saw, meant to be reviewed and committed.
+
+``.ppy/signatures.json`` under the project root holds, for each function
+(``module.qualname``), its distinct call signatures with their counts, and
+the description the build derives from them::
+
+    {
+      "format": "ppy-signatures",
+      "version": 1,
+      "runs": 2,
+      "functions": {
+        "model.score": {
+          "calls": 12,
+          "description": {"x": "float32[B,4]"},
+          "dims": {"B": [32, 128]},
+          "signatures": [
+            {"calls": 10, "inputs": {"x": {"array": "float32[32,4]"}}},
+            {"calls": 2, "inputs": {"x": {"array": "float32[128,4]"}}}
+          ]
+        }
+      }
+    }
+
+An input is ``{"array": "float32[32,4]"}`` (with ``"weak": true`` for a
+weakly typed one, ``"sharded": true`` for one laid out over several
+devices), ``{"static": value}`` (a JSON literal), ``{"python": "float"}`` (a
+Python scalar), ``{"none": true}``, or ``{"tree": "...", "leaves": [...]}``.
+``description`` and ``dims`` are written for the reader and recomputed from
+the signatures on every write; the build reads only the signatures.
+
+The file is data: it is parsed as JSON within size limits and checked field
+by field, and a problem is an error naming the file, the line and what is
+wrong (exit 2). Nothing in it is executed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from ppy.config import SIGNATURES
+from ppy.errors import ConfigError
+
+__all__ = [
+    "FILE",
+    "MAX_BYTES",
+    "FunctionCalls",
+    "Signatures",
+    "read_signatures",
+    "signatures_path",
+    "write_signatures",
+]
+
+#: Where the file goes, relative to the project root (its digest is part of
+#: the configuration's, ``ppy.config``).
+FILE: Final = SIGNATURES
+FORMAT: Final = "ppy-signatures"
+VERSION: Final = 1
+#: Limits on what is read, as on an artifact's manifest.
+MAX_BYTES: Final = 16 << 20
+MAX_FUNCTIONS: Final = 10_000
+MAX_SIGNATURES: Final = 1_000
+MAX_LEAVES: Final = 10_000
+_ARRAY: Final = re.compile(r"[a-z][a-z0-9_]*\[(\d+(,\d+)*)?\]")
+_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_<>][A-Za-z0-9_<>]*)*")
+
+#: One input as recorded: a JSON object of the forms above.
+Input = Mapping[str, Any]
+
+
+def signatures_path(root: Path) -> Path:
+    return root / FILE
+
+
+@dataclass
+class FunctionCalls:
+    """One function's distinct signatures: canonical JSON of the inputs -> calls."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def calls(self) -> int:
+        return sum(self.counts.values())
+
+    def add(self, inputs: Mapping[str, Input], calls: int = 1) -> None:
+        key = _canonical(inputs)
+        self.counts[key] = self.counts.get(key, 0) + calls
+
+    def signatures(self) -> list[tuple[dict[str, Input], int]]:
+        """Each signature's inputs and calls, most called first, then by text."""
+        ordered = sorted(self.counts.items(), key=lambda item: (-item[1], item[0]))
+        return [(json.loads(key), calls) for key, calls in ordered]
+
+
+@dataclass
+class Signatures:
+    """The whole file: how many runs were recorded, and each function's calls."""
+
+    runs: int = 0
+    functions: dict[str, FunctionCalls] = field(default_factory=dict)
+
+    def merge(self, other: Signatures) -> None:
+        self.runs += other.runs
+        for name, calls in other.functions.items():
+            mine = self.functions.setdefault(name, FunctionCalls())
+            for key, count in calls.counts.items():
+                mine.counts[key] = mine.counts.get(key, 0) + count
+
+    def for_function(self, module: str, qualname: str) -> FunctionCalls | None:
+        return self.functions.get(f"{module}.{qualname}")
+
+
+def _canonical(inputs: Mapping[str, Input]) -> str:
+    return json.dumps(inputs, sort_keys=True, separators=(",", ":"))
+
+
+def read_signatures(path: Path) -> Signatures | None:
+    """The file at ``path``, checked; None where there is none; ``ConfigError``
+    (exit 2) naming the line where it is not what ``ppy record`` writes."""
+    try:
+        with open(path, "rb") as file:
+            data = file.read(MAX_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise ConfigError(f"cannot read it: {error.strerror}", path=str(path)) from None
+    if len(data) > MAX_BYTES:
+        raise _bad(path, 1, f"it is over {MAX_BYTES >> 20} MiB")
+    try:
+        text = data.decode("utf-8")
+        document = json.loads(text)
+    except UnicodeDecodeError:
+        raise _bad(path, 1, "it is not UTF-8 text") from None
+    except json.JSONDecodeError as error:
+        raise _bad(path, error.lineno, f"not JSON: {error.msg}") from None
+    except RecursionError:
+        raise _bad(path, 1, "it nests too deeply") from None
+    return _Checker(path, text).signatures(document)
+
+
+def _bad(path: Path, line: int, message: str) -> ConfigError:
+    return ConfigError(
+        f"line {line}: {message}",
+        path=str(path),
+        remedy="run `ppy record --replace FILE` to write it afresh, or fix it by hand",
+    )
+
+
+class _Checker:
+    """Checks a parsed file field by field; errors name the line of the field."""
+
+    def __init__(self, path: Path, text: str) -> None:
+        self.path = path
+        self.lines = text.splitlines()
+
+    def line_of(self, needle: str) -> int:
+        quoted = json.dumps(needle)
+        for number, line in enumerate(self.lines, 1):
+            if quoted in line:
+                return number
+        return 1
+
+    def fail(self, where: str, message: str) -> ConfigError:
+        return _bad(self.path, self.line_of(where), message)
+
+    def signatures(self, document: object) -> Signatures:
+        if not isinstance(document, dict):
+            raise _bad(self.path, 1, "wanted a JSON object")
+        if document.get("format") != FORMAT:
+            raise self.fail("format", f'"format" is not "{FORMAT}"')
+        if document.get("version") != VERSION:
+            raise self.fail("version", f'"version" is {document.get("version")!r}, not {VERSION}')
+        runs = document.get("runs")
+        if type(runs) is not int or runs < 0:
+            raise self.fail("runs", '"runs" is not a count')
+        functions = document.get("functions")
+        if not isinstance(functions, dict) or len(functions) > MAX_FUNCTIONS:
+            raise self.fail("functions", f'"functions" is not an object of at most {MAX_FUNCTIONS}')
+        found = Signatures(runs)
+        for name, entry in functions.items():
+            found.functions[name] = self.function(name, entry)
+        return found
+
+    def function(self, name: str, entry: object) -> FunctionCalls:
+        if not _NAME.fullmatch(name):
+            raise self.fail(name, f"{name!r} is not a module.function name")
+        if not isinstance(entry, dict):
+            raise self.fail(name, f"{name}: wanted an object")
+        signatures = entry.get("signatures")
+        if not isinstance(signatures, list) or not 0 < len(signatures) <= MAX_SIGNATURES:
+            raise self.fail(name, f"{name}: wanted 1 to {MAX_SIGNATURES} signatures")
+        calls = FunctionCalls()
+        for signature in signatures:
+            if not isinstance(signature, dict) or set(signature) != {"calls", "inputs"}:
+                raise self.fail(
+                    name, f'{name}: a signature is not {{"calls": N, "inputs": {{...}}}}'
+                )
+            count, inputs = signature["calls"], signature["inputs"]
+            if type(count) is not int or count < 1:
+                raise self.fail(name, f"{name}: a signature's calls is not a positive count")
+            if not isinstance(inputs, dict):
+                raise self.fail(name, f"{name}: a signature's inputs is not an object")
+            for parameter, value in inputs.items():
+                self.input(name, parameter, value)
+            calls.add(inputs, count)
+        return calls
+
+    def input(self, name: str, parameter: str, value: object) -> None:
+        where = f"{name}: input {parameter!r}"
+        if not isinstance(value, dict) or not value:
+            raise self.fail(parameter, f"{where} is not an object")
+        kind = next(iter(value))
+        if kind == "array":
+            self.array(parameter, where, value)
+        elif kind == "static":
+            if set(value) != {"static"} or not _literal(value["static"]):
+                raise self.fail(parameter, f"{where}: a static value is not a JSON literal")
+        elif kind == "python":
+            if set(value) != {"python"} or value["python"] not in (
+                "bool",
+                "int",
+                "float",
+                "complex",
+            ):
+                raise self.fail(parameter, f"{where}: not a Python scalar type")
+        elif kind == "none":
+            if value != {"none": True}:
+                raise self.fail(parameter, f'{where}: wanted {{"none": true}}')
+        elif kind == "tree":
+            leaves = value.get("leaves")
+            if (
+                set(value) != {"tree", "leaves"}
+                or not isinstance(value["tree"], str)
+                or not isinstance(leaves, list)
+                or len(leaves) > MAX_LEAVES
+            ):
+                raise self.fail(
+                    parameter, f'{where}: a tree is not {{"tree": ..., "leaves": [...]}}'
+                )
+            for leaf in leaves:
+                if not isinstance(leaf, dict) or next(iter(leaf), None) == "tree":
+                    raise self.fail(parameter, f"{where}: a leaf is not an input")
+                self.input(name, parameter, leaf)
+        else:
+            raise self.fail(parameter, f"{where}: unknown kind {kind!r}")
+
+    def array(self, parameter: str, where: str, value: Mapping[str, Any]) -> None:
+        text = value.get("array")
+        if not isinstance(text, str) or not _ARRAY.fullmatch(text):
+            raise self.fail(parameter, f"{where}: {text!r} is not an array such as float32[32,4]")
+        extra = set(value) - {"array", "weak", "sharded"}
+        flags = [value.get(k, False) for k in ("weak", "sharded")]
+        if extra or any(type(flag) is not bool for flag in flags):
+            raise self.fail(parameter, f"{where}: an array takes only weak and sharded flags")
+
+
+def _literal(value: object) -> bool:
+    return value is None or type(value) in (bool, int, float, str)
+
+
+def parse_array(text: str) -> tuple[str, tuple[int, ...]]:
+    """``float32[32,4]`` -> (``float32``, (32, 4))."""
+    dtype, _, rest = text.partition("[")
+    dims = rest.rstrip("]")
+    return dtype, tuple(int(d) for d in dims.split(",")) if dims else ()
+
+
+def write_signatures(path: Path, signatures: Signatures) -> None:
+    """Write the file in a stable order, with each function's description,
+    one signature per line so that a review reads it as a table."""
+    from ppy.record.generalise import generalise
+
+    lines = [
+        "{",
+        f'  "format": "{FORMAT}",',
+        f'  "version": {VERSION},',
+        f'  "runs": {signatures.runs},',
+        '  "functions": {',
+    ]
+    names = sorted(signatures.functions)
+    for index, name in enumerate(names):
+        calls = signatures.functions[name]
+        recorded = calls.signatures()
+        general = generalise(recorded)
+        dims = {symbol: list(values) for symbol, values in general.dims.items()}
+        rows = [_compact({"calls": count, "inputs": inputs}) for inputs, count in recorded]
+        lines += [
+            f"    {json.dumps(name)}: {{",
+            f'      "calls": {calls.calls},',
+            f'      "description": {_compact(general.rendered())},',
+            f'      "dims": {_compact(dims)},',
+            '      "signatures": [',
+            *(f"        {row}{',' if i < len(rows) - 1 else ''}" for i, row in enumerate(rows)),
+            "      ]",
+            f"    }}{',' if index < len(names) - 1 else ''}",
+        ]
+    lines += ["  }", "}", ""]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text("\n".join(lines))
+    temporary.replace(path)
+
+
+def _compact(value: object) -> str:
+    return json.dumps(value, separators=(", ", ": "))

@@ -1,0 +1,123 @@
+"""Recorded calls into one description (``ppy.record.generalise``) and the
+file's checks (``ppy.record.signatures``), without running anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from ppy.errors import ConfigError
+from ppy.record.generalise import generalise
+from ppy.record.signatures import (
+    FunctionCalls,
+    Signatures,
+    read_signatures,
+    write_signatures,
+)
+
+
+def _array(text: str, **flags: bool) -> dict[str, object]:
+    return {"array": text, **flags}
+
+
+def test_dims_that_move_together_share_a_symbol_and_fixed_dims_stay() -> None:
+    general = generalise(
+        [
+            ({"x": _array("float32[32,784]"), "y": _array("int32[32]")}, 3),
+            ({"x": _array("float32[128,784]"), "y": _array("int32[128]")}, 1),
+        ]
+    )
+    assert general.rendered() == {"x": "float32[B,784]", "y": "int32[B]"}
+    assert general.dims == {"B": (32, 128)}
+
+
+def test_dims_that_move_apart_get_their_own_symbols() -> None:
+    general = generalise(
+        [
+            ({"a": _array("float32[2,3]"), "b": _array("float32[3,5]")}, 1),
+            ({"a": _array("float32[4,3]"), "b": _array("float32[3,7]")}, 1),
+            ({"a": _array("float32[4,3]"), "b": _array("float32[3,5]")}, 1),
+        ]
+    )
+    assert general.rendered() == {"a": "float32[B,3]", "b": "float32[3,N]"}
+    assert general.dims == {"B": (2, 4), "N": (5, 7)}
+
+
+def test_static_values_are_variants_and_the_rest_says_why_not() -> None:
+    general = generalise(
+        [
+            (
+                {
+                    "mode": {"static": "tanh"},
+                    "lr": {"python": "float"},
+                    "x": _array("float32[3]"),
+                    "p": {"tree": "PyTreeDef(*)", "leaves": [_array("float32[3]")]},
+                },
+                2,
+            ),
+            (
+                {
+                    "mode": {"static": "relu"},
+                    "lr": {"python": "float"},
+                    "x": _array("float64[3]"),
+                    "p": {"tree": "PyTreeDef(*)", "leaves": [_array("float32[3]")]},
+                },
+                1,
+            ),
+        ]
+    )
+    described = general.parameters
+    assert described["mode"].choices == ("tanh", "relu")
+    assert "Python scalar" in (described["lr"].why_not or "")
+    assert "dtypes" in (described["x"].why_not or "")
+    assert "pytree" in (described["p"].why_not or "")
+
+
+def test_the_file_round_trips_and_merges(tmp_path: Path) -> None:
+    path = tmp_path / "signatures.json"
+    first = Signatures(runs=1)
+    calls = FunctionCalls()
+    calls.add({"x": _array("float32[8,4]")}, 2)
+    first.functions["model.f"] = calls
+    write_signatures(path, first)
+    again = read_signatures(path)
+    assert again is not None and again.runs == 1
+    again.merge(first)
+    write_signatures(path, again)
+    merged = read_signatures(path)
+    assert merged is not None and merged.runs == 2
+    assert merged.functions["model.f"].calls == 4
+    assert '"x": "float32[8,4]"' in path.read_text()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "line 1: not JSON"),
+        ('{"format": "other"}', '"format"'),
+        (
+            '{"format": "ppy-signatures", "version": 1, "runs": -1, "functions": {}}',
+            '"runs" is not a count',
+        ),
+        (
+            '{"format": "ppy-signatures", "version": 1, "runs": 1, "functions": '
+            '{"os.system(1)": {"signatures": []}}}',
+            "not a module.function name",
+        ),
+        (
+            '{"format": "ppy-signatures", "version": 1, "runs": 1, "functions": '
+            '{"m.f": {"signatures": [{"calls": 1, "inputs": {"x": {"static": [1]}}}]}}}',
+            "not a JSON literal",
+        ),
+    ],
+)
+def test_a_bad_file_is_refused_with_its_line(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "signatures.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as refused:
+        read_signatures(path)
+    assert message in str(refused.value) and str(path) in str(refused.value)
+
+
+def test_no_file_is_no_recording(tmp_path: Path) -> None:
+    assert read_signatures(tmp_path / "signatures.json") is None

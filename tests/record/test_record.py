@@ -1,0 +1,239 @@
+"""``ppy record`` then ``ppy build`` then ``ppy run``: a program with no ppy
+annotations is staged from what a real run called, and prints what python
+prints."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import PERMISSIONS
+from tests.fidelity.support import differential
+
+TRAIN = """
+import sys
+import jax
+import jax.numpy as jnp
+
+
+@jax.jit
+def predict(w, x):
+    return jnp.tanh(x @ w)
+
+
+@jax.jit
+def loss(w, x, y):
+    return jnp.mean((predict(w, x) - y) ** 2)
+
+
+def main(batches):
+    w = jnp.ones((4, 3), jnp.float32) / 4
+    for batch in batches:
+        x = jnp.arange(batch * 4, dtype=jnp.float32).reshape(batch, 4) / 100
+        y = jnp.zeros((batch, 3), jnp.float32)
+        print(batch, round(float(loss(w, x, y)), 6), predict(w, x).shape)
+
+
+if __name__ == "__main__":
+    main([int(b) for b in sys.argv[1:]] or [8])
+"""
+
+
+def _project(tmp_path: Path, source: str = TRAIN) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "model.ppy").write_text(textwrap.dedent(source).lstrip())
+    (root / "pyproject.toml").write_text(PERMISSIONS)
+    return root
+
+
+def _ppy(root: Path, cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "ppy", *args],
+        cwd=root,
+        env={**os.environ, "PPY_CACHE_DIR": str(cache)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def _file(root: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((root / ".ppy" / "signatures.json").read_text())
+    return data
+
+
+def test_record_prints_what_python_prints_and_writes_the_signatures(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    cache = tmp_path / "cache"
+    plain = subprocess.run(
+        [sys.executable, "model.ppy", "32", "128"], cwd=root, capture_output=True, text=True
+    )
+    recorded = _ppy(root, cache, "record", "model.ppy", "32", "128")
+    assert (recorded.stdout, recorded.stderr, recorded.returncode) == (
+        plain.stdout,
+        plain.stderr,
+        plain.returncode,
+    )
+    data = _file(root)
+    assert data["runs"] == 1
+    loss = data["functions"]["model.loss"]
+    assert loss["calls"] == 2
+    # B took 32 and 128, in x and y alike: one symbol; the 4 and the 3 never moved.
+    assert loss["description"] == {
+        "w": "float32[4,3]",
+        "x": "float32[B,4]",
+        "y": "float32[B,3]",
+    }
+    assert loss["dims"] == {"B": [32, 128]}
+    # predict is called by main (2), and inside the traces of loss, which are not calls.
+    assert data["functions"]["model.predict"]["calls"] == 2
+
+
+def test_a_recorded_function_is_staged_and_serves_a_third_size(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    cache = tmp_path / "cache"
+    assert _ppy(root, cache, "record", "model.ppy", "32", "128").returncode == 0
+    built = _ppy(root, cache, "build")
+    assert built.returncode == 0, built.stdout + built.stderr
+    (line,) = [line for line in built.stdout.splitlines() if " loss(" in line]
+    assert "loss(w: float32[4,3], x: float32[B,4], y: float32[B,3])" in line
+    assert line.endswith("exported for cpu; recorded: 2 calls in 1 run"), line
+    compared = differential(root, "7", cache=cache, build=False)
+    assert {"loss", "predict"} <= compared.bound()
+    assert compared.staged_calls("loss") == 1  # batch 7, never recorded: the symbolic export
+    assert not compared.fallbacks()
+
+
+def test_a_second_recording_merges_and_replace_starts_afresh(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    cache = tmp_path / "cache"
+    _ppy(root, cache, "record", "model.ppy", "32")
+    assert _file(root)["functions"]["model.loss"]["description"]["x"] == "float32[32,4]"
+    _ppy(root, cache, "record", "model.ppy", "64")
+    merged = _file(root)
+    assert merged["runs"] == 2
+    assert merged["functions"]["model.loss"]["description"]["x"] == "float32[B,4]"
+    assert merged["functions"]["model.loss"]["dims"] == {"B": [32, 64]}
+    _ppy(root, cache, "record", "--replace", "model.ppy", "16")
+    fresh = _file(root)
+    assert fresh["runs"] == 1
+    assert fresh["functions"]["model.loss"]["description"]["x"] == "float32[16,4]"
+
+
+STATIC = """
+from functools import partial
+import jax
+import jax.numpy as jnp
+
+
+@partial(jax.jit, static_argnames=("mode",))
+def act(x, mode):
+    return jnp.tanh(x) if mode == "tanh" else jax.nn.relu(x)
+
+
+for mode in ("tanh", "relu", "tanh"):
+    print(mode, act(jnp.linspace(-1, 1, 5), mode=mode))
+"""
+
+
+def test_static_values_become_variants(tmp_path: Path) -> None:
+    root = _project(tmp_path, STATIC)
+    cache = tmp_path / "cache"
+    assert _ppy(root, cache, "record", "model.ppy").returncode == 0
+    assert _file(root)["functions"]["model.act"]["description"] == {
+        "x": "float32[5]",
+        "mode": 'static "tanh", "relu"',
+    }
+    compared = differential(root, cache=cache)
+    assert compared.staged_calls("act") == 3
+
+
+ANNOTATED = """
+from typing import Annotated
+import jax
+import jax.numpy as jnp
+import ppy
+
+
+@jax.jit
+def double(x: Annotated[jax.Array, ppy.Shape("N"), ppy.DType("float32")]):
+    return x * 2
+
+
+print(double(jnp.ones(3, jnp.int32)))
+"""
+
+
+def test_an_annotation_wins_and_a_disagreeing_recording_is_reported(tmp_path: Path) -> None:
+    root = _project(tmp_path, ANNOTATED)
+    cache = tmp_path / "cache"
+    assert _ppy(root, cache, "record", "model.ppy").returncode == 0
+    built = _ppy(root, cache, "build")
+    assert "build.recording_disagrees" in built.stderr
+    assert "int32[3]" in built.stderr and "float32[N]" in built.stderr
+    assert "double(x: float32[N])" in built.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("{not json", "line 1: not JSON"),
+        ('{"format": "ppy-signatures", "version": 1, "runs": 1,\n "functions": []}', "line 2"),
+        (
+            '{"format": "ppy-signatures", "version": 1, "runs": 1, "functions": {\n'
+            '  "model.loss": {"signatures": [{"calls": 1, "inputs": {\n'
+            '    "x": {"array": "float32[B,4]"}}}]}}}',
+            "line 3",
+        ),
+        (
+            '{"format": "ppy-signatures", "version": 1, "runs": 1, "functions": {\n'
+            '  "model.loss": {"signatures": [{"calls": 1, "inputs": {\n'
+            '    "x": {"pickle": "cos\\nsystem\\n"}}}]}}}',
+            "unknown kind",
+        ),
+        ("[" * 100000 + "]" * 100000, "line 1"),
+    ],
+    ids=["not json", "functions not an object", "a symbol in a recorded array", "pickle", "deep"],
+)
+def test_a_bad_file_is_an_error_naming_the_line(tmp_path: Path, text: str, where: str) -> None:
+    root = _project(tmp_path)
+    (root / ".ppy").mkdir()
+    (root / ".ppy" / "signatures.json").write_text(text)
+    for command in (("build",), ("record", "model.ppy")):
+        done = _ppy(root, tmp_path / "cache", *command)
+        assert done.returncode == 2, done.stderr
+        assert "signatures.json" in done.stderr and where in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+        assert done.stdout == "" or command == ("build",)
+
+
+def test_a_recorded_function_that_is_gone_is_reported_and_ignored(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    cache = tmp_path / "cache"
+    _ppy(root, cache, "record", "model.ppy")
+    source = (root / "model.ppy").read_text().replace("def predict", "def forecast")
+    (root / "model.ppy").write_text(source.replace("predict(", "forecast("))
+    built = _ppy(root, cache, "build")
+    assert built.returncode == 0, built.stderr
+    assert "build.recording_unknown" in built.stderr and "model.predict" in built.stderr
+
+
+def test_a_new_recording_makes_the_artifact_stale(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    cache = tmp_path / "cache"
+    _ppy(root, cache, "record", "model.ppy", "8")
+    assert _ppy(root, cache, "build").returncode == 0
+    _ppy(root, cache, "record", "model.ppy", "16")
+    ran = _ppy(root, cache, "-v", "run", "model.ppy", "24")
+    assert "run.build" in ran.stderr  # the recording changed: rebuilt before the run
+    assert "float32[B,4]" in _ppy(root, cache, "explain", "loss").stdout
