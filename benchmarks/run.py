@@ -42,6 +42,7 @@ CASES: dict[str, Callable[[Path, Plan], list[Comparison]]] = {
     "optax": lambda scratch, plan: programs.optax_training(scratch, plan.startup_rounds),
     "unstaged": lambda scratch, plan: programs.nothing_staged(scratch, plan.startup_rounds),
     "sharded": lambda scratch, plan: programs.sharded(scratch, plan.startup_rounds),
+    "record": lambda scratch, plan: programs.recording(scratch, plan.startup_rounds),
 }
 
 

@@ -1,4 +1,4 @@
-"""Cases 6 and 7: start-up of real programs, staged and not.
+"""Cases 6 to 9: start-up of real programs, staged and not, and what recording costs.
 
 - ``optax training``: an MLP trained with optax, whose ``train_step(params,
   opt_state, x, y)`` takes pytrees described with ``ppy.Like``; the whole
@@ -11,15 +11,18 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
-from . import projects
-from .measure import Comparison
+from . import measure, projects
+from .machine import ppy_command
+from .measure import Comparison, Mode
 from .startup import first_calls, interleaved
 
-__all__ = ["SHARDED", "nothing_staged", "optax_training", "sharded"]
+__all__ = ["RECORDED", "SHARDED", "nothing_staged", "optax_training", "recording", "sharded"]
 
 SHARDED = "4-device data-parallel MLP"
+RECORDED = "recording, examples/80_recorded"
 
 
 def optax_training(scratch: Path, rounds: int) -> list[Comparison]:
@@ -43,6 +46,20 @@ def nothing_staged(scratch: Path, rounds: int) -> list[Comparison]:
     runs, start = interleaved(project, scratch / "unstaged-caches", rounds, case, staged=False)
     wall = {name: [r.wall_s for r in mode_runs] for name, mode_runs in runs.items()}
     return [Comparison(case, "whole process", "s", "python", wall), start]
+
+
+def recording(scratch: Path, rounds: int) -> list[Comparison]:
+    """Case 9: what ``ppy record`` costs over python, on examples/80_recorded
+    (400 jitted calls), whole process, interleaved; each recording starts afresh."""
+    project = projects.recorded_example(scratch / "recorded")
+    env = {"PPY_CACHE_DIR": str(scratch / "recorded-cache")}
+    python = Mode("python", [sys.executable, "model.ppy"], project, lambda _p: env)
+    record = Mode(
+        "ppy record", [*ppy_command(), "record", "--replace", "model.ppy"], project, lambda _p: env
+    )
+    runs = measure.interleave([python, record], rounds, scratch)
+    wall = {name: [r.wall_s for r in mode_runs] for name, mode_runs in runs.items()}
+    return [Comparison(RECORDED, "whole process", "s", "python", wall)]
 
 
 def sharded(scratch: Path, rounds: int) -> list[Comparison]:

@@ -21,6 +21,7 @@ __all__ = [
     "optax_training",
     "overhead",
     "page_example",
+    "recorded_example",
     "sharded_example",
     "staged_count",
     "xla_scalar",
@@ -205,6 +206,14 @@ def _project(root: Path, name: str, files: dict[str, str], pyproject: str = JAX_
     (root / "pyproject.toml").write_text(pyproject.format(name=name))
     for filename, text in files.items():
         (root / filename).write_text(text)
+    return root
+
+
+def recorded_example(root: Path) -> Path:
+    """examples/80_recorded: a training program with no annotations, unrecorded."""
+    shutil.copytree(
+        REPOSITORY / "examples" / "80_recorded", root, ignore=shutil.ignore_patterns(".ppy")
+    )
     return root
 
 

@@ -13,13 +13,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .measure import Comparison
-from .programs import SHARDED
+from .programs import RECORDED, SHARDED
 from .xla_scalar import TRIVIAL_VS_JAX
 
 __all__ = ["TARGETS", "Target", "check"]
 
 STARTUP = "start-up below jit + persistent cache"
 WARM = "warm start"
+RECORD = "recording"
 RUNTIME = "runtime"
 XLA = "plugin-xla"
 XLA_SPEED = "xla calls and loops"
@@ -100,9 +101,13 @@ _WARM_TARGETS = (
     ),
 )
 
+#: ppy record against python, whole process.
+_RECORDING = Target(RECORD, RECORDED, "whole process", "ppy record", "python", "<=", 1.05, 9)
+
 TARGETS: tuple[Target, ...] = (
     *_startup_targets((10, 40, 80)),
     *_WARM_TARGETS,
+    _RECORDING,
     Target(RUNTIME, "per-call overhead", "small input (8x4)", "staged", "jitted", "<=", 1.3),
     Target(RUNTIME, "per-call overhead", "medium input (64x256)", "staged", "jitted", "<=", 1.3),
     Target(PROGRAMS, "per-call overhead", "10-leaf params tree", "staged", "jitted", "<=", 1.1),
