@@ -120,7 +120,7 @@ def test_an_old_path_offers_only_its_old_names() -> None:
 
 def test_the_rooms_import_nothing_of_their_own() -> None:
     """Importing a room costs nothing until one of its modules is used."""
-    rooms = ("artifact", "build", "cli", "discovery", "kinds", "run")
+    rooms = ("artifact", "build", "cli", "discovery", "kinds", "record", "run", "warm")
     code = (
         "import ppy, sys; before = set(sys.modules)\n"
         f"for room in {rooms!r}: __import__('ppy.' + room)\n"

@@ -214,22 +214,6 @@ def test_fifty_runs_leave_the_servers_fds_and_memory_flat(tmp_path: Path) -> Non
     assert after["rss"] - before["rss"] < 8 << 20, (before["rss"], after["rss"])
 
 
-def test_a_server_with_a_thread_sends_the_run_cold(tmp_path: Path) -> None:
-    lib = tmp_path / "lib"
-    lib.mkdir()
-    (lib / "spinner.py").write_text(
-        "import threading, time\n"
-        "threading.Thread(target=lambda: time.sleep(3600), daemon=True).start()\n"
-    )
-    root = _project(tmp_path, '[tool.ppy.run]\npreload = ["spinner"]\n')
-    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(lib), os.environ.get("PYTHONPATH")) if p)}
-    with servers(root, tmp_path / "cache") as project:
-        done = project.run("run", "--warm", "model.ppy", env=env)
-    assert done.returncode == 0 and done.stdout == "ran []\n"
-    (line,) = done.stderr.splitlines()
-    assert "run.cold" in line and "thread" in line
-
-
 def test_a_preload_that_fails_sends_the_run_cold(tmp_path: Path) -> None:
     root = _project(tmp_path, '[tool.ppy.run]\npreload = ["no_such_module_here"]\n')
     with servers(root, tmp_path / "cache") as project:
@@ -296,14 +280,28 @@ def test_a_program_that_sets_xla_flags_is_served_warm(tmp_path: Path) -> None:
         assert _events(done.stderr, "run.warm")
 
 
-def test_a_preload_that_starts_the_backend_sends_runs_cold(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("source", "reason"),
+    [
+        pytest.param(
+            "import threading, time\n"
+            "threading.Thread(target=lambda: time.sleep(3600), daemon=True).start()\n",
+            "thread",
+            id="a thread",
+        ),
+        pytest.param("import jax\njax.devices()\n", "backend", id="the backend"),
+    ],
+)
+def test_a_preload_that_starts_what_a_fork_breaks_sends_runs_cold(
+    tmp_path: Path, source: str, reason: str
+) -> None:
     lib = tmp_path / "lib"
     lib.mkdir()
-    (lib / "eager.py").write_text("import jax\njax.devices()\n")
-    root = _project(tmp_path, '[tool.ppy.run]\npreload = ["eager"]\n')
+    (lib / "starter.py").write_text(source)
+    root = _project(tmp_path, '[tool.ppy.run]\npreload = ["starter"]\n')
     env = {"PYTHONPATH": os.pathsep.join(p for p in (str(lib), os.environ.get("PYTHONPATH")) if p)}
     with servers(root, tmp_path / "cache") as project:
         done = project.run("run", "--warm", "model.ppy", env=env)
     assert done.returncode == 0 and done.stdout == "ran []\n"
     (line,) = done.stderr.splitlines()
-    assert "run.cold" in line and "backend" in line
+    assert "run.cold" in line and reason in line
