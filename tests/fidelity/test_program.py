@@ -95,6 +95,22 @@ def test_the_program_sees_only_its_own_globals(tmp_path: Path) -> None:
     assert compared.bound() == {"score"}
 
 
+def test_a_module_without_annotations_has_the_annotations_python_gives_it(
+    tmp_path: Path,
+) -> None:
+    """python's ``__main__`` starts with ``__annotations__ = {}`` (before 3.14)."""
+    root = project(
+        tmp_path / "p",
+        {
+            "model.ppy": STAGED + "print(sorted(k for k in globals() if k.startswith('__')))\n"
+            "print(globals().get('__annotations__', 'absent'))\n"
+            "print(score(jnp.ones((2, 4))))\n"
+        },
+    )
+    compared = differential(root, cache=tmp_path / "c")
+    assert compared.bound() == {"score"}
+
+
 def test_the_bound_function_keeps_the_jitted_functions_surface(tmp_path: Path) -> None:
     root = project(
         tmp_path / "p",
