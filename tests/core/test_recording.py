@@ -73,6 +73,30 @@ def test_static_values_are_variants_and_the_rest_says_why_not() -> None:
     assert "pytree" in (described["p"].why_not or "")
 
 
+def _nest(kind: str, *items: dict[str, object]) -> dict[str, object]:
+    return {"nest": {kind: list(items)}}
+
+
+def test_a_nest_of_arrays_shares_symbols_with_the_other_inputs() -> None:
+    general = generalise(
+        [
+            ({"batch": _nest("tuple", _array("float32[8,4]"), _array("int32[8]"))}, 1),
+            ({"batch": _nest("tuple", _array("float32[16,4]"), _array("int32[16]"))}, 1),
+        ]
+    )
+    assert general.rendered() == {"batch": "(float32[B,4], int32[B])"}
+
+
+def test_a_nest_whose_structure_changes_is_not_described() -> None:
+    general = generalise(
+        [
+            ({"xs": _nest("list", _array("float32[3]"))}, 1),
+            ({"xs": _nest("list", _array("float32[3]"), _array("float32[3]"))}, 1),
+        ]
+    )
+    assert "structure changed" in (general.parameters["xs"].why_not or "")
+
+
 def test_the_file_round_trips_and_merges(tmp_path: Path) -> None:
     path = tmp_path / "signatures.json"
     first = Signatures(runs=1)

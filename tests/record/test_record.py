@@ -237,3 +237,49 @@ def test_a_new_recording_makes_the_artifact_stale(tmp_path: Path) -> None:
     ran = _ppy(root, cache, "-v", "run", "model.ppy", "24")
     assert "run.build" in ran.stderr  # the recording changed: rebuilt before the run
     assert "float32[B,4]" in _ppy(root, cache, "explain", "loss").stdout
+
+
+NESTED = """
+import sys
+import jax
+import jax.numpy as jnp
+
+
+def init(sizes):
+    pairs = zip(sizes[:-1], sizes[1:], strict=True)
+    return [(jnp.ones((m, n), jnp.float32) / m, jnp.zeros(n, jnp.float32)) for m, n in pairs]
+
+
+@jax.jit
+def predict(params, x):
+    for w, b in params[:-1]:
+        x = jnp.tanh(x @ w + b)
+    w, b = params[-1]
+    return x @ w + b
+
+
+@jax.jit
+def loss(params, batch):
+    x, y = batch
+    return jnp.mean((predict(params, x) - y) ** 2)
+
+
+params = {"layers": init([4, 8, 2])}
+for n in [int(a) for a in sys.argv[1:]]:
+    x = jnp.arange(n * 4, dtype=jnp.float32).reshape(n, 4) / 10
+    print(n, predict(params["layers"], x).sum(), loss(params["layers"], (x, jnp.zeros((n, 2)))))
+"""
+
+
+def test_plain_lists_tuples_and_dicts_of_arrays_are_described(tmp_path: Path) -> None:
+    root = _project(tmp_path, NESTED)
+    cache = tmp_path / "cache"
+    assert _ppy(root, cache, "record", "model.ppy", "3", "7").returncode == 0
+    described = _file(root)["functions"]["model.loss"]["description"]
+    assert described == {
+        "batch": "(float32[B,4], float32[B,2])",
+        "params": "[(float32[4,8], float32[8]), (float32[8,2], float32[2])]",
+    }
+    compared = differential(root, "11", cache=cache)
+    assert compared.bound() == {"predict", "loss"}
+    assert compared.staged_calls("loss") == 1 and not compared.fallbacks()

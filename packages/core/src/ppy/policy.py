@@ -10,6 +10,7 @@ decides is the first that fails, in the order of ``RULES``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -160,6 +161,10 @@ def _render(parameter: Parameter) -> str:
     spec = parameter.spec
     if parameter.like is not None:
         return f"{parameter.name}: Like({parameter.like})"
+    if parameter.nest is not None:
+        from ppy.record.generalise import Described
+
+        return f"{parameter.name}: {Described(nest=json.loads(parameter.nest)).rendered()}"
     if parameter.tree is not None:
         return f"{parameter.name}: {parameter.tree}"
     if spec.shape is None and spec.dtype is None and not spec.problems:
@@ -242,7 +247,7 @@ def _spec_checks(function: FunctionInfo, plugin: Plugin) -> list[Check]:
         if problems
         else Check("invalid-spec", True, "every description is valid")
     ]
-    arrays = [p for p in parameters if p.like is None and p.tree is None]
+    arrays = [p for p in parameters if p.like is None and p.tree is None and p.nest is None]
     for rule, marker, attribute, what, candidates in (
         ("missing-shape", "ppy.Shape", "shape", "dims", arrays),
         ("missing-dtype", "ppy.DType", "dtype", "element type", arrays),

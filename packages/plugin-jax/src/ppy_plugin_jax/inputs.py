@@ -18,6 +18,7 @@ field. This module imports jax only inside the functions the worker calls.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ def describe(parameter: Parameter, static: bool = False) -> dict[str, Any]:
         "choices": list(parameter.choices) if parameter.choices is not None else None,
         "array": array,
         "like": parameter.like,
+        "nest": json.loads(parameter.nest) if parameter.nest is not None else None,
         "tree": parameter.tree,
         "has_default": parameter.has_default,
         "sharding": sharding,
@@ -104,6 +106,8 @@ class _Builder:
             value = self.like(desc["like"], names, where)
         elif desc.get("tree") is not None:
             value = self.tree(desc["tree"], names, where)
+        elif desc.get("nest") is not None:
+            value = self.nest(desc["nest"])
         else:
             raise Undescribed("missing-shape", f"{where} is not described")
         if desc.get("sharding") is not None:
@@ -127,6 +131,22 @@ class _Builder:
         leaf = jax.ShapeDtypeStruct(shape, jnp.dtype(array["dtype"]))  # type: ignore[no-untyped-call]
         self.written[id(leaf)] = list(dims)
         return leaf
+
+    def nest(self, node: Mapping[str, Any]) -> Any:
+        """Recorded plain lists, tuples and dicts, their arrays as ``array`` makes them."""
+        ((kind, items),) = node.items()
+
+        def item(value: Mapping[str, Any]) -> Any:
+            if "nest" in value:
+                return self.nest(value["nest"])
+            if "dims" in value:
+                return self.array({**value, "ppy": False})
+            return None
+
+        if kind == "dict":
+            return {key: item(value) for key, value in items.items()}
+        built = [item(value) for value in items]
+        return tuple(built) if kind == "tuple" else built
 
     def like(self, name: str, names: dict[str, Any], where: str) -> Any:
         import jax

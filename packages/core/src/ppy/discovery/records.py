@@ -71,12 +71,15 @@ class Parameter:
     tree: str | None = None
     #: ``bool`` gives ``(False, True)``; ``Literal["a", 1]`` its values.
     choices: tuple[object, ...] | None = None
+    #: Recorded plain lists, tuples and dicts of arrays (``ppy record``): the
+    #: structure as JSON, each array leaf ``{"dims": [...], "dtype": ...}``.
+    nest: str | None = None
 
     @property
     def described(self) -> bool:
-        """Whether the annotation says what a traced input looks like."""
+        """Whether the annotation (or a recording) says what a traced input looks like."""
         array = self.spec.shape is not None and self.spec.dtype is not None
-        return array or self.like is not None or self.tree is not None
+        return array or self.like is not None or self.tree is not None or self.nest is not None
 
 
 @dataclass(frozen=True)

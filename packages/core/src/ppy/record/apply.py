@@ -11,6 +11,7 @@ recording only stands in for the annotation.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator, Sequence
 
 from ppy.discovery.records import ArraySpec, FunctionInfo, ModuleInfo, Parameter
@@ -52,6 +53,11 @@ def _described(
         if parameter.choices is None and recorded.choices is not None:
             return dataclasses.replace(parameter, choices=recorded.choices)
         return parameter
+    written = parameter.spec.shape is not None or parameter.spec.dtype is not None
+    if recorded.nest is not None and not (
+        parameter.described or written or parameter.spec.problems
+    ):
+        return dataclasses.replace(parameter, nest=json.dumps(recorded.nest))
     if recorded.dims is None or recorded.dtype is None:
         return parameter
     if parameter.described or parameter.spec.problems:

@@ -14,7 +14,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -34,10 +35,15 @@ class Described:
     dtype: str | None = None
     choices: tuple[object, ...] | None = None
     why_not: str | None = None
+    #: Plain lists, tuples and dicts of arrays: the structure, each array leaf
+    #: as ``{"dims": [...], "dtype": ...}`` (and None as ``{"none": true}``).
+    nest: dict[str, Any] | None = None
 
     def rendered(self) -> str:
         if self.dtype is not None and self.dims is not None:
             return f"{self.dtype}[{','.join(str(d) for d in self.dims)}]"
+        if self.nest is not None:
+            return _render_nest(self.nest)
         if self.choices is not None:
             return "static " + ", ".join(_json(c) for c in self.choices)
         return f"not described: {self.why_not}"
@@ -55,8 +61,6 @@ class General:
 
 
 def _json(value: object) -> str:
-    import json
-
     return json.dumps(value)
 
 
@@ -67,12 +71,21 @@ def generalise(recorded: Sequence[tuple[Mapping[str, Any], int]]) -> General:
         return general
     names = list(dict.fromkeys(name for inputs, _ in recorded for name in inputs))
     arrays: dict[str, tuple[str, list[tuple[int, ...]]]] = {}
+    nests: dict[str, Any] = {}
     for name in names:
         values = [inputs.get(name) for inputs, _ in recorded]
         kinds = {next(iter(v)) if isinstance(v, Mapping) else None for v in values}
         if kinds == {"static"}:
             choices = tuple(dict.fromkeys(v["static"] for v in values if v is not None))
             general.parameters[name] = Described(choices=choices)
+        elif kinds == {"nest"}:
+            why, skeleton, columns = _nest_columns([v["nest"] for v in values if v is not None])
+            if why is not None:
+                general.parameters[name] = Described(why_not=why)
+                continue
+            nests[name] = skeleton
+            for index, (dtype, shapes) in enumerate(columns):
+                arrays[f"{name}#{index}"] = (dtype, shapes)
         elif kinds == {"array"}:
             why = _not_an_array(values)
             if why is not None:
@@ -90,18 +103,107 @@ def generalise(recorded: Sequence[tuple[Mapping[str, Any], int]]) -> General:
         else:
             general.parameters[name] = Described(why_not=_other(kinds, len(values)))
     symbols = _symbols(arrays)
+    described: dict[str, Described] = {}
     for name, (dtype, shapes) in arrays.items():
         dims: list[int | str] = []
         for axis in range(len(shapes[0])):
             column = tuple(shape[axis] for shape in shapes)
             symbol = symbols.get(column)
             dims.append(column[0] if symbol is None else symbol)
-        general.parameters[name] = Described(dims=tuple(dims), dtype=dtype)
+        described[name] = Described(dims=tuple(dims), dtype=dtype)
+    for name in names:
+        if name in nests:
+            own = iter([d for key, d in described.items() if key.startswith(f"{name}#")])
+            general.parameters[name] = Described(nest=_fill(nests[name], own))
+        elif name in described:
+            general.parameters[name] = described[name]
+    general.parameters = {n: general.parameters[n] for n in names if n in general.parameters}
     general.dims = {
         symbol: tuple(sorted(set(column)))
         for column, symbol in sorted(symbols.items(), key=_by_symbol)
     }
     return general
+
+
+def _nest_columns(
+    nests: Sequence[Mapping[str, Any]],
+) -> tuple[str | None, Any, list[tuple[str, list[tuple[int, ...]]]]]:
+    """(why not, the first call's structure, each array leaf's dtype and shapes
+    call by call), where every call passed the same structure of arrays."""
+    skeletons = set()
+    per_call: list[list[Mapping[str, Any]]] = []
+    for nest in nests:
+        found: list[Mapping[str, Any]] = []
+        skeletons.add(json.dumps(_skeleton(nest, found), sort_keys=True))
+        per_call.append(found)
+    if len(skeletons) > 1:
+        return "a list, tuple or dict whose structure changed between calls", None, []
+    first = per_call[0]
+    if any(leaf.get("python") for leaf in first):
+        return "holds a Python scalar, which jit treats as a weakly typed value", None, []
+    if any(leaf.get("sharded") for call in per_call for leaf in call):
+        return "holds arrays laid out over several devices; describe it with ppy.Like", None, []
+    columns = []
+    for index, leaf in enumerate(first):
+        if "array" not in leaf:
+            continue
+        parsed = [parse_array(call[index]["array"]) for call in per_call]
+        columns.append((parsed[0][0], [shape for _, shape in parsed]))
+    return None, nests[0], columns
+
+
+def _skeleton(node: Any, leaves: list[Mapping[str, Any]]) -> Any:
+    """The structure with each leaf replaced by its kind, dtype and rank."""
+    ((kind, items),) = node.items()
+    if kind == "dict":
+        return {"dict": {key: _skeleton_item(item, leaves) for key, item in items.items()}}
+    return {kind: [_skeleton_item(item, leaves) for item in items]}
+
+
+def _skeleton_item(item: Mapping[str, Any], leaves: list[Mapping[str, Any]]) -> Any:
+    if "nest" in item:
+        return _skeleton(item["nest"], leaves)
+    leaves.append(item)
+    if "array" in item:
+        dtype, shape = parse_array(item["array"])
+        return f"{dtype}/{len(shape)}"
+    return json.dumps(item, sort_keys=True)
+
+
+def _fill(node: Mapping[str, Any], described: Iterator[Described]) -> dict[str, Any]:
+    """``node`` with each array leaf described (``{"dims": ..., "dtype": ...}``)."""
+    ((kind, items),) = node.items()
+    if kind == "dict":
+        return {"dict": {key: _fill_item(item, described) for key, item in items.items()}}
+    return {kind: [_fill_item(item, described) for item in items]}
+
+
+def _fill_item(item: Mapping[str, Any], described: Iterator[Described]) -> dict[str, Any]:
+    if "nest" in item:
+        return {"nest": _fill(item["nest"], described)}
+    if "array" in item:
+        leaf = next(described)
+        return {"dims": list(leaf.dims or ()), "dtype": leaf.dtype}
+    return {"none": True}
+
+
+def _render_nest(node: Mapping[str, Any]) -> str:
+    """``[(float32[784,B], float32[B]), ...]``: lists, tuples and dicts as Python writes them."""
+    ((kind, items),) = node.items()
+    if kind == "dict":
+        return "{" + ", ".join(f"{key!r}: {_render_item(v)}" for key, v in items.items()) + "}"
+    inner = ", ".join(_render_item(v) for v in items)
+    if kind == "tuple":
+        return f"({inner},)" if len(items) == 1 else f"({inner})"
+    return f"[{inner}]"
+
+
+def _render_item(item: Mapping[str, Any]) -> str:
+    if "nest" in item:
+        return _render_nest(item["nest"])
+    if "dims" in item:
+        return f"{item['dtype']}[{','.join(str(d) for d in item['dims'])}]"
+    return "None"
 
 
 def _by_symbol(item: tuple[tuple[int, ...], str]) -> int:
@@ -125,7 +227,7 @@ def _other(kinds: set[str | None], calls: int) -> str:
     return {
         "python": "a Python scalar, which jit treats as a weakly typed value; pass an array",
         "none": "always None",
-        "tree": "a pytree; recorded pytrees are not described yet: describe it with ppy.Like",
+        "tree": "a pytree other than plain lists, tuples and dicts; describe it with ppy.Like",
     }.get(str(kind), f"a {kind}")
 
 

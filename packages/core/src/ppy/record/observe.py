@@ -185,6 +185,9 @@ def _input(value: Any, static: bool) -> dict[str, Any]:
     leaf = _leaf(value)
     if leaf is not None:
         return leaf
+    nest = _nest(value, 0)
+    if nest is not None:
+        return {"nest": nest}
     import jax
 
     leaves, tree = jax.tree_util.tree_flatten(value)
@@ -195,6 +198,37 @@ def _input(value: Any, static: bool) -> dict[str, Any]:
             raise Unrecordable(f"a {type(item).__name__} inside a pytree, which jit cannot take")
         found.append(described)
     return {"tree": str(tree), "leaves": found}
+
+
+#: How deep a nest of lists, tuples and dicts is written out (the file's limit).
+NEST_DEPTH = 16
+
+
+def _nest(value: Any, depth: int) -> dict[str, Any] | None:
+    """Plain lists, tuples and str-keyed dicts of arrays, as JSON; None for
+    anything else (a NamedTuple, a registered class), which is written as a tree."""
+    if depth > NEST_DEPTH:
+        return None
+    kind = type(value)
+    if kind is list or kind is tuple:
+        items = [_item(item, depth) for item in value]
+        if any(item is None for item in items):
+            return None
+        return {kind.__name__: items}
+    if kind is dict and all(type(key) is str for key in value):
+        entries = {key: _item(item, depth) for key, item in value.items()}
+        if any(item is None for item in entries.values()):
+            return None
+        return {"dict": entries}
+    return None
+
+
+def _item(value: Any, depth: int) -> dict[str, Any] | None:
+    leaf = _leaf(value)
+    if leaf is not None:
+        return leaf
+    nest = _nest(value, depth + 1)
+    return None if nest is None else {"nest": nest}
 
 
 def _leaf(value: Any) -> dict[str, Any] | None:

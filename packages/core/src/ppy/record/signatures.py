@@ -24,7 +24,9 @@ the description the build derives from them::
 An input is ``{"array": "float32[32,4]"}`` (with ``"weak": true`` for a
 weakly typed one, ``"sharded": true`` for one laid out over several
 devices), ``{"static": value}`` (a JSON literal), ``{"python": "float"}`` (a
-Python scalar), ``{"none": true}``, or ``{"tree": "...", "leaves": [...]}``.
+Python scalar), ``{"none": true}``, ``{"nest": {"list": [...]}}`` (plain lists,
+tuples and dicts of inputs), or ``{"tree": "...", "leaves": [...]}`` (any
+other pytree, by jax's description of its structure).
 ``description`` and ``dims`` are written for the reader and recomputed from
 the signatures on every write; the build reads only the signatures.
 
@@ -65,6 +67,7 @@ MAX_BYTES: Final = 16 << 20
 MAX_FUNCTIONS: Final = 10_000
 MAX_SIGNATURES: Final = 1_000
 MAX_LEAVES: Final = 10_000
+MAX_DEPTH: Final = 16
 _ARRAY: Final = re.compile(r"[a-z][a-z0-9_]*\[(\d+(,\d+)*)?\]")
 _NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_<>][A-Za-z0-9_<>]*)*")
 
@@ -230,6 +233,10 @@ class _Checker:
         elif kind == "none":
             if value != {"none": True}:
                 raise self.fail(parameter, f'{where}: wanted {{"none": true}}')
+        elif kind == "nest":
+            if set(value) != {"nest"}:
+                raise self.fail(parameter, f"{where}: a nest takes nothing else")
+            self.nest(name, parameter, value["nest"], 0, [0])
         elif kind == "tree":
             leaves = value.get("leaves")
             if (
@@ -247,6 +254,32 @@ class _Checker:
                 self.input(name, parameter, leaf)
         else:
             raise self.fail(parameter, f"{where}: unknown kind {kind!r}")
+
+    def nest(self, name: str, parameter: str, node: object, depth: int, leaves: list[int]) -> None:
+        """``{"list": [...]}``, ``{"tuple": [...]}`` or ``{"dict": {...}}`` of
+        arrays, Python scalars, Nones and nests, within the depth and leaf limits."""
+        where = f"{name}: input {parameter!r}"
+        if depth > MAX_DEPTH:
+            raise self.fail(parameter, f"{where}: nests deeper than {MAX_DEPTH}")
+        if not isinstance(node, dict) or len(node) != 1:
+            raise self.fail(parameter, f"{where}: a nest is not one list, tuple or dict")
+        kind, items = next(iter(node.items()))
+        if kind in ("list", "tuple") and isinstance(items, list):
+            values: list[object] = list(items)
+        elif kind == "dict" and isinstance(items, dict):
+            values = list(items.values())
+        else:
+            raise self.fail(parameter, f"{where}: a nest is not one list, tuple or dict")
+        for item in values:
+            leaves[0] += 1
+            if leaves[0] > MAX_LEAVES:
+                raise self.fail(parameter, f"{where}: more than {MAX_LEAVES} leaves")
+            if isinstance(item, dict) and set(item) == {"nest"}:
+                self.nest(name, parameter, item["nest"], depth + 1, leaves)
+            elif isinstance(item, dict) and next(iter(item), None) in ("array", "python", "none"):
+                self.input(name, parameter, item)
+            else:
+                raise self.fail(parameter, f"{where}: a nest holds something not an input")
 
     def array(self, parameter: str, where: str, value: Mapping[str, Any]) -> None:
         text = value.get("array")

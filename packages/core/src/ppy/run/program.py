@@ -62,7 +62,7 @@ def run_program(
     )
     if sys.version_info < (3, 14):
         # python's __main__ starts with it (PEP 649 takes it away in 3.14).
-        main.__dict__["__annotations__"] = {}
+        main.__dict__.update(__annotations__={})
     saved_argv, saved_path0 = sys.argv, sys.path[0] if sys.path else None
     saved_main = sys.modules.get("__main__")
     sys.argv = [str(program), *argv]
