@@ -283,3 +283,50 @@ def test_plain_lists_tuples_and_dicts_of_arrays_are_described(tmp_path: Path) ->
     compared = differential(root, "11", cache=cache)
     assert compared.bound() == {"predict", "loss"}
     assert compared.staged_calls("loss") == 1 and not compared.fallbacks()
+
+
+BY_CALL = """
+import sys
+from functools import partial
+from typing import Annotated
+import jax
+import jax.numpy as jnp
+import ppy
+
+
+def scale(x, factor):
+    return x * factor
+
+
+def shift(x: Annotated[jax.Array, ppy.Shape("N"), ppy.DType("float32")]):
+    return x + 1
+
+
+def center(x):
+    return x - jnp.mean(x)
+
+
+scaled = jax.jit(scale, static_argnames=("factor",))
+shift = jax.jit(shift)
+center = jax.jit(center)
+
+for n in [int(a) for a in sys.argv[1:]]:
+    x = jnp.arange(n, dtype=jnp.float32)
+    print(scaled(x, factor=2), shift(x), center(x))
+"""
+
+
+def test_a_function_jitted_by_a_call_is_recorded_and_staged(tmp_path: Path) -> None:
+    root = _project(tmp_path, BY_CALL)
+    cache = tmp_path / "cache"
+    # Annotated through the function it wraps: staged with no recording at all.
+    built = _ppy(root, cache, "build", "--keep-going")
+    (line,) = [line for line in built.stdout.splitlines() if "shift(" in line]
+    assert line.split()[2] == "exported" and "shift(x: float32[N])" in line
+    assert _ppy(root, cache, "record", "model.ppy", "3", "5").returncode == 0
+    functions = _file(root)["functions"]
+    assert functions["model.scaled"]["description"] == {"factor": "static 2", "x": "float32[B]"}
+    assert functions["model.center"]["description"] == {"x": "float32[B]"}
+    compared = differential(root, "4", cache=cache)
+    assert compared.bound() == {"scaled", "shift", "center"}
+    assert not compared.fallbacks()

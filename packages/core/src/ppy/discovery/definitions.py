@@ -9,6 +9,7 @@ form (NamedTuple, TypedDict, dataclass) that makes their fields a pytree.
 from __future__ import annotations
 
 import ast
+import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
@@ -101,11 +102,55 @@ class Definitions:
                 self._collect_class(statement, f"{prefix}{statement.name}.", scope)
 
     def functions(self, differentiated: Mapping[str, Differentiation]) -> tuple[FunctionInfo, ...]:
-        """Each function, module-level ones first, then in source order."""
-        ordered = sorted(
-            self.defs, key=lambda d: (d.scope != "module", d.node.lineno, d.node.col_offset)
+        """Each function, module-level ones first, then in source order; a
+        module-level ``f = jax.jit(g)`` is a function ``f`` with ``g``'s signature."""
+        found = [self._function(d, differentiated.get(d.qualname)) for d in self.defs]
+        for statement, name, record in self._jitted_by_call():
+            found.append(self._jitted(statement, name, record, differentiated))
+        order = {"module": 0, "method": 1, "nested": 1}
+        return tuple(sorted(found, key=lambda f: (order[f.scope], f.lineno)))
+
+    def _jitted_by_call(self) -> Iterator[tuple[ast.Assign, str, Definition]]:
+        """Module-level ``name = jax.jit(function, ...)`` of a module-level def."""
+        for statement in module_statements(self.tree.body):
+            if not (
+                isinstance(statement, ast.Assign)
+                and len(statement.targets) == 1
+                and isinstance(statement.targets[0], ast.Name)
+                and isinstance(statement.value, ast.Call)
+                and self.resolve(statement.value.func) == "jax.jit"
+                and len(statement.value.args) == 1
+                and isinstance(statement.value.args[0], ast.Name)
+            ):
+                continue
+            qualname = self.module_functions.get(statement.value.args[0].id)
+            for record in self.defs:
+                if record.scope == "module" and record.qualname == qualname:
+                    yield statement, statement.targets[0].id, record
+                    break
+
+    def _jitted(
+        self,
+        statement: ast.Assign,
+        name: str,
+        record: Definition,
+        differentiated: Mapping[str, Differentiation],
+    ) -> FunctionInfo:
+        assert isinstance(statement.value, ast.Call)
+        call = ast.copy_location(
+            ast.Call(func=statement.value.func, args=[], keywords=statement.value.keywords),
+            statement,
         )
-        return tuple(self._function(d, differentiated.get(d.qualname)) for d in ordered)
+        wrapped = self._function(record, differentiated.get(record.qualname))
+        # ``g = jax.jit(g)`` binds g twice by design: the def and this line.
+        own = {statement.lineno, record.node.lineno}
+        return dataclasses.replace(
+            wrapped,
+            qualname=name,
+            lineno=statement.lineno,
+            decorators=(self._decorator(call),),
+            rebound=tuple(line for line in self.names.bindings.get(name, []) if line not in own),
+        )
 
     def _function(self, record: Definition, differentiated: Differentiation | None) -> FunctionInfo:
         node = record.node

@@ -1,12 +1,13 @@
 """Put staged functions in place of the originals as their modules execute.
 
 Binding happens right after each staged function is defined: the module is
-compiled from its AST, and after every top-level ``def`` that has an entry in
-the artifact one statement is inserted::
+compiled from its AST, and after the top-level statement that last binds a
+name with an entry in the artifact (its decorated ``def``, or a
+``name = jax.jit(function)``) one statement is inserted::
 
     name = __ppy_bind__("name", name)
 
-on the ``def``'s own line, so that line numbers, and therefore tracebacks,
+on that statement's own line, so that line numbers, and therefore tracebacks,
 stay those of the source. Module-level code and ``main()`` then find the
 bound function under its name. The ``.ppy`` modules of the project that the
 program imports are bound the same way by a finder placed just ahead of
@@ -54,18 +55,25 @@ def _log() -> Any:
 
 
 def bind_source(source: bytes, filename: str, staged: frozenset[str]) -> CodeType:
-    """Compile ``source`` with a bind statement after each staged top-level def.
+    """Compile ``source`` with a bind statement after each staged name's last
+    top-level binding: its ``def``, or a ``name = jax.jit(function)``.
 
     The last one also deletes ``__ppy_bind__``, so the program's ``globals()``
     hold no name of ppy's once its staged functions are defined.
     """
     tree = ast.parse(source, filename)
+    final = {
+        name: index
+        for index, statement in enumerate(tree.body)
+        if (name := _bound_name(statement)) is not None and name in staged
+    }
     body: list[ast.stmt] = []
     last = None
-    for statement in tree.body:
+    for index, statement in enumerate(tree.body):
         body.append(statement)
-        if isinstance(statement, ast.FunctionDef) and statement.name in staged:
-            body.append(_bind_statement(statement))
+        name = _bound_name(statement)
+        if name is not None and final.get(name) == index:
+            body.append(_bind_statement(name, statement))
             last = len(body)
     if last is not None:
         body.insert(last, _located(ast.Delete([ast.Name(BIND_NAME, ast.Del())]), body[last - 1]))
@@ -73,8 +81,20 @@ def bind_source(source: bytes, filename: str, staged: frozenset[str]) -> CodeTyp
     return compile(tree, filename, "exec", dont_inherit=True)
 
 
-def _bind_statement(definition: ast.FunctionDef) -> ast.stmt:
-    name = definition.name
+def _bound_name(statement: ast.stmt) -> str | None:
+    """The name a top-level ``def`` or single-target assignment binds."""
+    if isinstance(statement, ast.FunctionDef):
+        return statement.name
+    if (
+        isinstance(statement, ast.Assign)
+        and len(statement.targets) == 1
+        and isinstance(statement.targets[0], ast.Name)
+    ):
+        return statement.targets[0].id
+    return None
+
+
+def _bind_statement(name: str, definition: ast.stmt) -> ast.stmt:
     call = ast.Call(
         func=ast.Name(BIND_NAME, ast.Load()),
         args=[ast.Constant(name), ast.Name(name, ast.Load())],
