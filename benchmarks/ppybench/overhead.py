@@ -19,7 +19,7 @@ from pathlib import Path
 from . import measure, projects
 from .machine import ppy_command
 from .measure import Comparison
-from .startup import warm_server
+from .startup import served_cache, warm_server
 
 __all__ = ["call_overhead"]
 
@@ -40,8 +40,8 @@ def call_overhead(scratch: Path, processes: int, calls: int) -> list[Comparison]
     samples: dict[str, dict[str, list[float]]] = {
         name: {side: [] for side in ("jitted", "staged", *WARM.values())} for name in INPUTS
     }
-    with warm_server(project, scratch / "overhead-caches") as _cost:
-        served = {"PPY_CACHE_DIR": str(scratch / "overhead-caches" / "ppy-served")}
+    with warm_server(project, scratch / "overhead-caches"):
+        served = {"PPY_CACHE_DIR": str(served_cache(scratch / "overhead-caches"))}
         for index in range(processes):
             cache = {"PPY_CACHE_DIR": str(scratch / f"overhead-cache-{index}")}
             for command, env, sides in (

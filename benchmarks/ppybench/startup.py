@@ -38,6 +38,7 @@ __all__ = [
     "interleaved",
     "modes",
     "page_example",
+    "served_cache",
     "server_start",
     "warm_server",
 ]
@@ -79,7 +80,7 @@ def modes(project: Path, scratch: Path, *, staged: bool = True) -> list[Mode]:
     )
     copy_ppy = measure.warm_copy(ppy_filled)
     copy_jax = measure.warm_copy(jax_filled)
-    served = scratch / "ppy-served"
+    served = served_cache(scratch)
     shutil.copytree(ppy_filled, served)
     return [
         Mode("python", python, project, lambda p: {"PPY_CACHE_DIR": str(p / "ppy-cache")}),
@@ -100,13 +101,19 @@ def modes(project: Path, scratch: Path, *, staged: bool = True) -> list[Mode]:
     ]
 
 
+def served_cache(scratch: Path) -> Path:
+    """The one executable cache of ``ppy run --warm``: the cache folder is part
+    of the server's key, so every warm run of a case uses the same."""
+    return scratch / "ppy-served"
+
+
 @contextmanager
 def warm_server(project: Path, scratch: Path) -> Iterator[dict[str, float]]:
     """The warm-start server of ``modes``'s ``ppy run --warm``, started by an
     untimed first run and stopped at the end. Yields what it cost: the first
     run's wall time (server start included) and, once the block has run, the
     server's resident memory while idle."""
-    served = scratch / "ppy-served"
+    served = served_cache(scratch)
     served.mkdir(parents=True, exist_ok=True)
     env = {"PPY_CACHE_DIR": str(served)}
     first = measure.run_once([*ppy_command(), "run", "--warm", "model.ppy"], project, env)

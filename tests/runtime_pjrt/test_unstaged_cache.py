@@ -49,18 +49,12 @@ if __name__ == "__main__":
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The program, built once with the real ``ppy build``."""
-    from tests.conftest import PERMISSIONS
+    from tests.conftest import PERMISSIONS, run_ppy
 
     root = tmp_path_factory.mktemp("unstaged")
     (root / "pyproject.toml").write_text(PERMISSIONS)
     (root / "model.ppy").write_text(PROGRAM)
-    built = subprocess.run(
-        [sys.executable, "-m", "ppy", "build", str(root)],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "PPY_CACHE_DIR": str(root / "build-cache")},
-    )
+    built = run_ppy("build", str(root), env={"PPY_CACHE_DIR": str(root / "build-cache")})
     assert built.returncode == 0, built.stdout + built.stderr
     assert "exported" in built.stdout
     return root

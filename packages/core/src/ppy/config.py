@@ -373,13 +373,7 @@ ARTIFACT_SUFFIX: Final = ".ppyz"
 
 
 def _run_settings(raw: Mapping[str, Any], path: str) -> RunSettings:
-    if not isinstance(raw, Mapping):
-        raise ConfigError(
-            f"{_found(raw)}; wanted a table, [tool.ppy.run]",
-            path=path,
-            key="tool.ppy.run",
-            remedy="write the settings under a [tool.ppy.run] header",
-        )
+    """``[tool.ppy.run]``, a table already (``_CORE_SCHEMA`` checked it)."""
     settings = validate_table(raw, _RUN_SCHEMA, path=path, prefix="tool.ppy.run")
     preload = settings["preload"]
     for name in preload:

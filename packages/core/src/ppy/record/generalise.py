@@ -45,7 +45,7 @@ class Described:
         if self.nest is not None:
             return _render_nest(self.nest)
         if self.choices is not None:
-            return "static " + ", ".join(_json(c) for c in self.choices)
+            return "static " + ", ".join(json.dumps(c) for c in self.choices)
         return f"not described: {self.why_not}"
 
 
@@ -58,10 +58,6 @@ class General:
 
     def rendered(self) -> dict[str, str]:
         return {name: described.rendered() for name, described in self.parameters.items()}
-
-
-def _json(value: object) -> str:
-    return json.dumps(value)
 
 
 def generalise(recorded: Sequence[tuple[Mapping[str, Any], int]]) -> General:

@@ -14,6 +14,7 @@ process; shapes and static literals are all the file holds.
 from __future__ import annotations
 
 import inspect
+import json
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -167,8 +168,6 @@ def _signature(
     positional: Sequence[str], static: frozenset[str], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> str:
     """The call's inputs as the file's canonical JSON."""
-    import json
-
     inputs: dict[str, Any] = {}
     for name, value in zip(positional, args, strict=False):
         inputs[name] = _input(value, name in static)

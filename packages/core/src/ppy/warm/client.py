@@ -41,7 +41,15 @@ WARM_ENV: Final = "PPY_WARM"
 
 
 class Cold(Exception):
-    """This run cannot be served warm; the message says why."""
+    """This run cannot be served warm; the message says why, ``remedy`` what to do."""
+
+    def __init__(
+        self,
+        reason: str,
+        remedy: str = "the run went cold and was not lost; `ppy server status` shows the servers",
+    ) -> None:
+        super().__init__(reason)
+        self.remedy = remedy
 
 
 def wants_warm(flag: bool | None, config: Config) -> bool:
@@ -64,19 +72,16 @@ def run_warm(config: Config, program: Path, ppy_argv: Sequence[str]) -> int | No
     except Cold as why:
         from ppy.log import get_logger
 
-        get_logger().warning("run.cold", reason=str(why), remedy=_remedy(str(why)))
+        get_logger().warning("run.cold", reason=str(why), remedy=why.remedy)
         return None
-
-
-def _remedy(reason: str) -> str:
-    if "Linux" in reason:
-        return "warm start needs Linux; the run is as fast as without --warm"
-    return "the run went cold and was not lost; `ppy server status` shows the servers"
 
 
 def _serve(config: Config, program: Path, ppy_argv: Sequence[str]) -> int:
     if not sys.platform.startswith("linux"):
-        raise Cold(f"warm start runs on Linux only, not {sys.platform}")
+        raise Cold(
+            f"warm start runs on Linux only, not {sys.platform}",
+            "warm start needs Linux; the run is as fast as without --warm",
+        )
     from ppy.warm.source import environment_write
 
     written = environment_write(program)
@@ -113,12 +118,13 @@ def _serve(config: Config, program: Path, ppy_argv: Sequence[str]) -> int:
             reply, _ = receive(sock)
         except (OSError, ProtocolError) as error:
             raise Cold(f"the server did not take the run: {error}") from None
-        if reply is None or "started" not in reply:
-            reason = (reply or {}).get("cold") or (reply or {}).get("refused")
-            raise Cold(str(reason or (reply or {}).get("error") or "the server closed"))
+        answer = reply or {}
+        if "started" not in answer:
+            why = answer.get("cold") or answer.get("refused") or answer.get("error")
+            raise Cold(str(why or "the server closed"))
         from ppy.log import get_logger
 
-        get_logger().info("run.warm", server=place.name, pid=reply["started"])
+        get_logger().info("run.warm", server=place.name, pid=answer["started"])
         return _wait(sock)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -131,16 +132,7 @@ def _close_all(fds: Sequence[int]) -> None:
 
 def parse_request(message: Mapping[str, Any]) -> Request:
     """The request ``message`` holds, every field checked; ``ProtocolError`` if not."""
-    unknown = set(message) - {
-        "op",
-        "key",
-        "ppy_argv",
-        "orig_argv",
-        "cwd",
-        "env",
-        "umask",
-        "ignored",
-    }
+    unknown = set(message) - {f.name for f in dataclasses.fields(Request)}
     if unknown:
         raise ProtocolError(f"unknown fields: {', '.join(sorted(unknown))}")
     op = message.get("op")

@@ -362,25 +362,30 @@ def _rss() -> int:
         return 0
 
 
+#: What every ``ppy run`` imports before the program starts (the runtimes
+#: come from their entry points).
+_RUN_PATH = (
+    "jax",
+    "jax.numpy",
+    "ppy.cli.main",
+    "ppy.run.startup",
+    "ppy.run.program",
+    "ppy.run.binding",
+    "ppy.build.freshness",
+    "ppy.log",
+)
+
+
 def _preload(preload: list[str]) -> None:
     """Import what every run imports, and ``preload``; start no backend."""
     import importlib
     from importlib.metadata import entry_points
 
-    import jax
-    import jax.numpy  # noqa: F401
-
-    import ppy.cli.main
-    import ppy.run.startup
     from ppy.registry import RUNTIME_GROUP
 
-    for entry in entry_points(group=RUNTIME_GROUP):
-        importlib.import_module(entry.module)
-    for name in ("ppy.run.program", "ppy.run.binding", "ppy.build.freshness", "ppy.log"):
+    runtimes = [entry.module for entry in entry_points(group=RUNTIME_GROUP)]
+    for name in (*_RUN_PATH, *runtimes, *preload):
         importlib.import_module(name)
-    for name in preload:
-        importlib.import_module(name)
-    del ppy
 
 
 def _backend_started() -> bool:
