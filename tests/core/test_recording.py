@@ -43,7 +43,7 @@ def test_dims_that_move_apart_get_their_own_symbols() -> None:
     assert general.dims == {"B": (2, 4), "N": (5, 7)}
 
 
-def test_static_values_are_variants_and_the_rest_says_why_not() -> None:
+def test_static_values_are_variants_and_calls_of_another_dtype_are_left_out() -> None:
     general = generalise(
         [
             (
@@ -51,7 +51,7 @@ def test_static_values_are_variants_and_the_rest_says_why_not() -> None:
                     "mode": {"static": "tanh"},
                     "lr": {"python": "float"},
                     "x": _array("float32[3]"),
-                    "p": {"tree": "PyTreeDef(*)", "leaves": [_array("float32[3]")]},
+                    "p": _node("model:State", _array("float32[3]")),
                 },
                 2,
             ),
@@ -60,17 +60,26 @@ def test_static_values_are_variants_and_the_rest_says_why_not() -> None:
                     "mode": {"static": "relu"},
                     "lr": {"python": "float"},
                     "x": _array("float64[3]"),
-                    "p": {"tree": "PyTreeDef(*)", "leaves": [_array("float32[3]")]},
+                    "p": _node("model:Other", _array("float32[3]")),
                 },
                 1,
             ),
         ]
     )
     described = general.parameters
+    # Every static value is a variant, even one seen only in a call the
+    # description does not serve.
     assert described["mode"].choices == ("tanh", "relu")
     assert "Python scalar" in (described["lr"].why_not or "")
-    assert "dtypes" in (described["x"].why_not or "")
-    assert "pytree" in (described["p"].why_not or "")
+    # The second call passed float64 and another tree: it takes the original
+    # path, and the description is the most called signature's.
+    assert described["x"].rendered() == "float32[3]"
+    assert described["p"].rendered() == "State(float32[3])"
+    assert general.calls == 2
+
+
+def _node(kind: str, *children: dict[str, object]) -> dict[str, object]:
+    return {"nest": {"node": {"type": kind, "data": None, "children": list(children)}}}
 
 
 def _nest(kind: str, *items: dict[str, object]) -> dict[str, object]:
@@ -87,14 +96,16 @@ def test_a_nest_of_arrays_shares_symbols_with_the_other_inputs() -> None:
     assert general.rendered() == {"batch": "(float32[B,4], int32[B])"}
 
 
-def test_a_nest_whose_structure_changes_is_not_described() -> None:
+def test_a_nest_whose_structure_changes_is_described_as_its_most_called_structure() -> None:
     general = generalise(
         [
+            ({"xs": _nest("list", _array("float32[3]"), _array("float32[3]"))}, 3),
             ({"xs": _nest("list", _array("float32[3]"))}, 1),
-            ({"xs": _nest("list", _array("float32[3]"), _array("float32[3]"))}, 1),
+            ({"xs": _nest("list", _array("float32[5]"), _array("float32[3]"))}, 1),
         ]
     )
-    assert "structure changed" in (general.parameters["xs"].why_not or "")
+    assert general.rendered() == {"xs": "[float32[B], float32[3]]"}
+    assert general.calls == 4
 
 
 def test_the_file_round_trips_and_merges(tmp_path: Path) -> None:
@@ -145,3 +156,20 @@ def test_a_bad_file_is_refused_with_its_line(tmp_path: Path, text: str, message:
 
 def test_no_file_is_no_recording(tmp_path: Path) -> None:
     assert read_signatures(tmp_path / "signatures.json") is None
+
+
+def test_a_recorded_reference_resolves_only_among_imported_modules() -> None:
+    """A signatures file names classes by ``module:qualname``; looking one up
+    never imports (runs) a module the program did not."""
+    import collections
+    import sys
+
+    from ppy.kinds.pytrees import reference, resolve
+
+    assert reference(collections.OrderedDict) == "collections:OrderedDict"
+    assert resolve("collections:OrderedDict") is collections.OrderedDict
+    assert "antigravity" not in sys.modules
+    assert resolve("antigravity:geohash") is None
+    assert "antigravity" not in sys.modules
+    # An instance is named only where its class's module holds it under a name.
+    assert reference(object()) is None

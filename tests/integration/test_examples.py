@@ -24,6 +24,7 @@ import pytest
 from tests.conftest import (
     EXAMPLE_OUTPUTS,
     EXAMPLES,
+    ROOT,
     BuiltExample,
     models,
     pip_install_target,
@@ -42,6 +43,17 @@ EACH = [
 ]
 CONDITIONS = ("captured", "config", "device")
 IGNORE = EXAMPLE_OUTPUTS
+#: Examples 70-75 with every ppy and jaxtyping annotation taken out, one
+#: project of six programs, by the example each was copied from.
+UNANNOTATED = ROOT / "tests" / "record" / "unannotated"
+COPIES = {
+    "70_namedtuple_mlp": "namedtuple_mlp",
+    "71_optax_training": "optax_training",
+    "72_flax_linen": "flax_linen",
+    "73_flax_nnx": "flax_nnx",
+    "74_equinox": "equinox_mlp",
+    "75_jaxtyping": "jaxtyping_classifier",
+}
 
 
 def _python(program: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -115,6 +127,40 @@ def test_ppy_run_prints_what_python_prints(
         assert compiled and any(not e["lowered"] for e in loaded), loaded
     readme = (example / "README.md").read_text()
     assert plain.stdout.strip() in readme, "the README shows what the example prints"
+
+
+def _staged(report: str) -> set[str]:
+    """The functions a build report says are staged."""
+    rows = [line.split() for line in report.splitlines()]
+    return {row[1] for row in rows if len(row) > 2 and row[2] in ("exported", "compiled")}
+
+
+@models
+def test_unannotated_copies_of_the_examples_stage_from_a_recording_what_the_examples_stage(
+    tmp_path: Path,
+    ppy: Callable[..., subprocess.CompletedProcess[str]],
+    built_examples: Callable[[str], BuiltExample],
+) -> None:
+    """``ppy record`` then ``ppy build`` stages, with no annotation at all, every
+    function its annotated example stages, and the runs take the staged path."""
+    project = tmp_path / "unannotated"
+    shutil.copytree(UNANNOTATED, project, ignore=IGNORE)
+    for example, copy in COPIES.items():
+        recorded = ppy("record", f"{copy}.ppy", cwd=project)
+        assert (recorded.returncode, recorded.stdout) == (0, built_examples(example).plain.stdout)
+    built = ppy("build", cwd=project)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert "recorded:" in built.stdout
+    for example, copy in COPIES.items():
+        annotated = _staged(built_examples(example).build.stdout)
+        own = [line for line in built.stdout.splitlines() if line.startswith(f"{copy} ")]
+        assert _staged("\n".join(own)) == annotated, (example, own)
+        run = ppy("-v", "--log-format", "json", "run", f"{copy}.ppy", cwd=project)
+        assert (run.returncode, run.stdout) == (0, built_examples(example).plain.stdout)
+        served = {
+            str(e["function"]) for e in _events(run.stderr, "run.call") if e["path"] == "staged"
+        }
+        assert served == annotated, (example, run.stderr)
 
 
 def test_the_third_party_plugin_example_installs_builds_and_runs(

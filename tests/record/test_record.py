@@ -201,9 +201,31 @@ def test_an_annotation_wins_and_a_disagreeing_recording_is_reported(tmp_path: Pa
             '    "x": {"pickle": "cos\\nsystem\\n"}}}]}}}',
             "unknown kind",
         ),
+        (
+            '{"format": "ppy-signatures", "version": 1, "runs": 1, "functions": {\n'
+            '  "model.loss": {"signatures": [{"calls": 1, "inputs": {\n'
+            '    "x": {"nest": {"node": {"type": "os:system(\'rm -rf x\')", "data": null,\n'
+            '          "children": []}}}}}]}}}',
+            "line 3",
+        ),
+        (
+            '{"format": "ppy-signatures", "version": 1, "runs": 1, "functions": {\n'
+            '  "model.loss": {"signatures": [{"calls": 1, "inputs": {\n'
+            '    "x": {"nest": {"node": {"type": "optax:State",\n'
+            '          "data": {"call": "os:system"}, "children": []}}}}}]}}}',
+            "line 3",
+        ),
         ("[" * 100000 + "]" * 100000, "line 1"),
     ],
-    ids=["not json", "functions not an object", "a symbol in a recorded array", "pickle", "deep"],
+    ids=[
+        "not json",
+        "functions not an object",
+        "a symbol in a recorded array",
+        "pickle",
+        "a node's type is code",
+        "a node's metadata is not data",
+        "deep",
+    ],
 )
 def test_a_bad_file_is_an_error_naming_the_line(tmp_path: Path, text: str, where: str) -> None:
     root = _project(tmp_path)

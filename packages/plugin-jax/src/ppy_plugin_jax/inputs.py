@@ -107,7 +107,7 @@ class _Builder:
         elif desc.get("tree") is not None:
             value = self.tree(desc["tree"], names, where)
         elif desc.get("nest") is not None:
-            value = self.nest(desc["nest"])
+            value = self.nest(desc["nest"], where)
         else:
             raise Undescribed("missing-shape", f"{where} is not described")
         if desc.get("sharding") is not None:
@@ -132,21 +132,41 @@ class _Builder:
         self.written[id(leaf)] = list(dims)
         return leaf
 
-    def nest(self, node: Mapping[str, Any]) -> Any:
-        """Recorded plain lists, tuples and dicts, their arrays as ``array`` makes them."""
+    def nest(self, node: Mapping[str, Any], where: str) -> Any:
+        """A recorded pytree: plain lists, tuples and dicts as themselves, any
+        other node rebuilt from its class and metadata, the arrays as ``array``
+        makes them."""
+        import jax
+
         ((kind, items),) = node.items()
 
         def item(value: Mapping[str, Any]) -> Any:
             if "nest" in value:
-                return self.nest(value["nest"])
+                return self.nest(value["nest"], where)
             if "dims" in value:
                 return self.array({**value, "ppy": False})
             return None
 
         if kind == "dict":
             return {key: item(value) for key, value in items.items()}
-        built = [item(value) for value in items]
-        return tuple(built) if kind == "tuple" else built
+        if kind != "node":
+            built = [item(value) for value in items]
+            return tuple(built) if kind == "tuple" else built
+        children = [item(value) for value in items["children"]]
+        try:
+            data = (_resolved(items["type"]), _metadata(items["data"]))
+            tree = jax.tree_util.PyTreeDef.from_node_data_and_children(
+                jax.tree_util.default_registry,
+                data,
+                [jax.tree_util.tree_structure(child) for child in children],
+            )
+            return jax.tree_util.tree_unflatten(tree, jax.tree_util.tree_leaves(children))
+        except Exception as error:
+            raise Undescribed(
+                "invalid-spec",
+                f"{where}: the recorded {items['type']} could not be rebuilt "
+                f"({type(error).__name__}: {error}); record again, or describe it with ppy.Like",
+            ) from None
 
     def like(self, name: str, names: dict[str, Any], where: str) -> Any:
         import jax
@@ -225,6 +245,27 @@ class _Builder:
         if not path.is_relative_to(self.root):
             return None
         return _classes(str(self.root), str(path)).get(kind.__qualname__)
+
+
+def _resolved(ref: str) -> Any:
+    """The object a recorded ``module:name`` names, looked up among the modules
+    the function's own imports loaded (nothing is imported for it)."""
+    from ppy.kinds.pytrees import resolve
+
+    found = resolve(ref)
+    if found is None:
+        raise LookupError(f"{ref} names nothing the program has imported")
+    return found
+
+
+def _metadata(value: Any) -> Any:
+    """A node's recorded metadata as the object jax flattened it to."""
+    if isinstance(value, list):
+        return [_metadata(item) for item in value]
+    if isinstance(value, dict):
+        ((kind, inner),) = value.items()
+        return tuple(_metadata(item) for item in inner) if kind == "tuple" else _resolved(inner)
+    return value
 
 
 @lru_cache(maxsize=64)

@@ -34,7 +34,15 @@ from typing import Any
 
 from ppy.kinds.fingerprint import Unreadable, fingerprint
 
-__all__ = ["Unrebuildable", "class_name", "rebuild", "recipe", "structure"]
+__all__ = [
+    "Unrebuildable",
+    "class_name",
+    "rebuild",
+    "recipe",
+    "reference",
+    "resolve",
+    "structure",
+]
 
 #: The leaf of a recipe.
 LEAF = "*"
@@ -50,6 +58,31 @@ def class_name(kind: type, main: str | None = None) -> str:
     if module == "__main__" and main is not None:
         module = main
     return f"{module}:{kind.__qualname__}"
+
+
+def reference(value: Any, main: str | None = None) -> str | None:
+    """``module:name`` under which a module holds ``value`` itself (a class, a
+    function, a sentinel such as equinox's ``Missing``), or None where no
+    module does. Resolving it gives back the same object, or it is not given."""
+    module, name = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+    if not (isinstance(module, str) and isinstance(name, str)):
+        # An instance: a sentinel is found under a name of its class's module.
+        module = type(value).__module__
+        space = vars(sys.modules[module]) if module in sys.modules else {}
+        name = next((key for key, item in space.items() if item is value), None)
+    if name is None or resolve(f"{module}:{name}") is not value:
+        return None
+    return f"{main if module == '__main__' and main is not None else module}:{name}"
+
+
+def resolve(ref: str) -> Any:
+    """The object a ``module:qualname`` names, or None. Only modules already
+    imported are looked in: a reference never imports (runs) anything."""
+    module, _, name = ref.partition(":")
+    found: Any = sys.modules.get(module)
+    for part in name.split("."):
+        found = getattr(found, part, None)
+    return found
 
 
 def structure(treedef: Any, *, main: str | None = None) -> str:

@@ -34,10 +34,12 @@ def apply_recording(module: ModuleInfo, signatures: Signatures | None) -> Module
             continue
         general = generalise(calls.signatures())
         runs = signatures.runs
-        note = f"recorded: {calls.calls} call{'s' if calls.calls != 1 else ''} in {runs} run"
-        note += "s" if runs != 1 else ""
+        served = f"{general.calls} of " if general.calls < calls.calls else ""
+        note = f"recorded: {served}{calls.calls} call{'s' if calls.calls != 1 else ''}"
+        note += f" in {runs} run{'s' if runs != 1 else ''}"
         parameters = tuple(
-            _described(function, p, general.parameters.get(p.name)) for p in function.parameters
+            _described(module, function, p, general.parameters.get(p.name))
+            for p in function.parameters
         )
         functions.append(dataclasses.replace(function, parameters=parameters, recorded=note))
         changed = True
@@ -45,10 +47,13 @@ def apply_recording(module: ModuleInfo, signatures: Signatures | None) -> Module
 
 
 def _described(
-    function: FunctionInfo, parameter: Parameter, recorded: Described | None
+    module: ModuleInfo, function: FunctionInfo, parameter: Parameter, recorded: Described | None
 ) -> Parameter:
     if recorded is None:
         return parameter
+    if parameter.tree is not None and recorded.nest is not None and not _fields(module, parameter):
+        # ``params: Params`` names the class; its fields say nothing of their dims.
+        return dataclasses.replace(parameter, tree=None, nest=json.dumps(recorded.nest))
     if parameter.name in function.static:
         if parameter.choices is None and recorded.choices is not None:
             return dataclasses.replace(parameter, choices=recorded.choices)
@@ -67,6 +72,16 @@ def _described(
         return parameter  # half described: the annotation's own remedy says what is missing
     spec = ArraySpec(shape=recorded.dims, dtype=recorded.dtype, recorded=True)
     return dataclasses.replace(parameter, spec=spec)
+
+
+def _fields(module: ModuleInfo, parameter: Parameter) -> bool:
+    """Whether the class a parameter is annotated with describes every field."""
+    info = module.classes.get(str(parameter.tree))
+    return (
+        info is not None
+        and info.form is not None
+        and all(f.described or f.has_default for f in info.fields)
+    )
 
 
 def _disagreement(function: FunctionInfo, parameter: Parameter, recorded: Described) -> None:

@@ -6,7 +6,9 @@
 - Dims whose values moved together (the same value in each call, across
   parameters) share one symbol: ``x: float32[B,784]`` and ``y: int32[B]``.
 - A static parameter takes the values it was called with, each a variant.
-- Anything else (a Python scalar, a pytree, an array sharded over several
+- A pytree is described leaf by leaf, its structure as recorded, where every
+  call passed the same structure; its arrays' dims generalise with the rest.
+- Anything else (a Python scalar, an array sharded over several
   devices, a parameter whose dtype or rank changed between calls) is not
   described, and the reason says why; the build then keeps the function
   jitted as it keeps any undescribed one.
@@ -35,8 +37,8 @@ class Described:
     dtype: str | None = None
     choices: tuple[object, ...] | None = None
     why_not: str | None = None
-    #: Plain lists, tuples and dicts of arrays: the structure, each array leaf
-    #: as ``{"dims": [...], "dtype": ...}`` (and None as ``{"none": true}``).
+    #: A pytree of arrays: the structure as recorded, each array leaf as
+    #: ``{"dims": [...], "dtype": ...}`` (and None as ``{"none": true}``).
     nest: dict[str, Any] | None = None
 
     def rendered(self) -> str:
@@ -55,6 +57,9 @@ class General:
 
     parameters: dict[str, Described] = field(default_factory=dict)
     dims: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    #: The calls the description serves; the others passed another dtype,
+    #: rank or structure, and take the original path as jit's own calls.
+    calls: int = 0
 
     def rendered(self) -> dict[str, str]:
         return {name: described.rendered() for name, described in self.parameters.items()}
@@ -66,14 +71,16 @@ def generalise(recorded: Sequence[tuple[Mapping[str, Any], int]]) -> General:
     if not recorded:
         return general
     names = list(dict.fromkeys(name for inputs, _ in recorded for name in inputs))
+    statics = {name: _static_values(recorded, name) for name in names}
+    recorded = _consistent(recorded)
+    general.calls = sum(count for _, count in recorded)
     arrays: dict[str, tuple[str, list[tuple[int, ...]]]] = {}
     nests: dict[str, Any] = {}
     for name in names:
         values = [inputs.get(name) for inputs, _ in recorded]
         kinds = {next(iter(v)) if isinstance(v, Mapping) else None for v in values}
         if kinds == {"static"}:
-            choices = tuple(dict.fromkeys(v["static"] for v in values if v is not None))
-            general.parameters[name] = Described(choices=choices)
+            general.parameters[name] = Described(choices=statics[name])
         elif kinds == {"nest"}:
             why, skeleton, columns = _nest_columns([v["nest"] for v in values if v is not None])
             if why is not None:
@@ -83,21 +90,14 @@ def generalise(recorded: Sequence[tuple[Mapping[str, Any], int]]) -> General:
             for index, (dtype, shapes) in enumerate(columns):
                 arrays[f"{name}#{index}"] = (dtype, shapes)
         elif kinds == {"array"}:
-            why = _not_an_array(values)
-            if why is not None:
+            if any(v is not None and v.get("sharded") for v in values):
+                why = "laid out over several devices; describe its sharding with ppy.Sharding"
                 general.parameters[name] = Described(why_not=why)
                 continue
             parsed = [parse_array(v["array"]) for v in values if v is not None]
-            dtypes = {dtype for dtype, _ in parsed}
-            ranks = {len(shape) for _, shape in parsed}
-            if len(dtypes) > 1 or len(ranks) > 1:
-                general.parameters[name] = Described(
-                    why_not=f"called with {len(dtypes)} dtypes and {len(ranks)} ranks"
-                )
-                continue
-            arrays[name] = (dtypes.pop(), [shape for _, shape in parsed])
+            arrays[name] = (parsed[0][0], [shape for _, shape in parsed])
         else:
-            general.parameters[name] = Described(why_not=_other(kinds, len(values)))
+            general.parameters[name] = Described(why_not=_other(kinds))
     symbols = _symbols(arrays)
     described: dict[str, Described] = {}
     for name, (dtype, shapes) in arrays.items():
@@ -121,19 +121,49 @@ def generalise(recorded: Sequence[tuple[Mapping[str, Any], int]]) -> General:
     return general
 
 
+def _static_values(recorded: Sequence[tuple[Mapping[str, Any], int]], name: str) -> tuple[Any, ...]:
+    """Every value a static parameter took, in every call: each is a variant."""
+    values = (inputs.get(name) for inputs, _ in recorded)
+    return tuple(dict.fromkeys(v["static"] for v in values if v is not None and "static" in v))
+
+
+def _consistent(
+    recorded: Sequence[tuple[Mapping[str, Any], int]],
+) -> list[tuple[Mapping[str, Any], int]]:
+    """The calls one description can serve: the most called signature's, and
+    every other whose arrays and pytrees have its dtypes, ranks and structure.
+    A call of another dtype then takes the original path, as it would where
+    an annotation described the function."""
+    first = _kinds(recorded[0][0])
+    return [(inputs, count) for inputs, count in recorded if _kinds(inputs) == first]
+
+
+def _kinds(inputs: Mapping[str, Any]) -> dict[str, str]:
+    """Each input's kind as far as a description fixes it: an array's dtype and
+    rank, a pytree's structure; any static value fits."""
+    found = {}
+    for name, value in inputs.items():
+        kind = next(iter(value))
+        if kind == "array":
+            dtype, shape = parse_array(value["array"])
+            found[name] = f"{dtype}/{len(shape)}/{bool(value.get('sharded'))}"
+        elif kind == "nest":
+            found[name] = json.dumps(_skeleton(value["nest"], []), sort_keys=True)
+        elif kind != "static":
+            found[name] = json.dumps(value, sort_keys=True)
+    return found
+
+
 def _nest_columns(
     nests: Sequence[Mapping[str, Any]],
 ) -> tuple[str | None, Any, list[tuple[str, list[tuple[int, ...]]]]]:
-    """(why not, the first call's structure, each array leaf's dtype and shapes
-    call by call), where every call passed the same structure of arrays."""
-    skeletons = set()
+    """(why not, the structure, each array leaf's dtype and shapes call by
+    call), of calls that passed the same structure (``_consistent``)."""
     per_call: list[list[Mapping[str, Any]]] = []
     for nest in nests:
         found: list[Mapping[str, Any]] = []
-        skeletons.add(json.dumps(_skeleton(nest, found), sort_keys=True))
+        _skeleton(nest, found)
         per_call.append(found)
-    if len(skeletons) > 1:
-        return "a list, tuple or dict whose structure changed between calls", None, []
     first = per_call[0]
     if any(leaf.get("python") for leaf in first):
         return "holds a Python scalar, which jit treats as a weakly typed value", None, []
@@ -153,6 +183,9 @@ def _skeleton(node: Any, leaves: list[Mapping[str, Any]]) -> Any:
     ((kind, items),) = node.items()
     if kind == "dict":
         return {"dict": {key: _skeleton_item(item, leaves) for key, item in items.items()}}
+    if kind == "node":
+        children = [_skeleton_item(item, leaves) for item in items["children"]]
+        return {"node": {**items, "children": children}}
     return {kind: [_skeleton_item(item, leaves) for item in items]}
 
 
@@ -171,6 +204,9 @@ def _fill(node: Mapping[str, Any], described: Iterator[Described]) -> dict[str, 
     ((kind, items),) = node.items()
     if kind == "dict":
         return {"dict": {key: _fill_item(item, described) for key, item in items.items()}}
+    if kind == "node":
+        children = [_fill_item(item, described) for item in items["children"]]
+        return {"node": {**items, "children": children}}
     return {kind: [_fill_item(item, described) for item in items]}
 
 
@@ -184,8 +220,12 @@ def _fill_item(item: Mapping[str, Any], described: Iterator[Described]) -> dict[
 
 
 def _render_nest(node: Mapping[str, Any]) -> str:
-    """``[(float32[784,B], float32[B]), ...]``: lists, tuples and dicts as Python writes them."""
+    """``[(float32[784,B], float32[B]), ...]``: lists, tuples and dicts as
+    Python writes them, any other node as ``ScaleByAdamState(int32[], ...)``."""
     ((kind, items),) = node.items()
+    if kind == "node":
+        name = items["type"].rpartition(":")[2].rpartition(".")[2]
+        return f"{name}({', '.join(_render_item(v) for v in items['children'])})"
     if kind == "dict":
         return "{" + ", ".join(f"{key!r}: {_render_item(v)}" for key, v in items.items()) + "}"
     inner = ", ".join(_render_item(v) for v in items)
@@ -206,24 +246,12 @@ def _by_symbol(item: tuple[tuple[int, ...], str]) -> int:
     return _SYMBOLS.index(item[1]) if item[1] in _SYMBOLS else len(_SYMBOLS)
 
 
-def _not_an_array(values: Sequence[Any]) -> str | None:
-    if any(v is None for v in values):
-        return "not passed in every call"
-    if any(v.get("sharded") for v in values):
-        return "laid out over several devices; describe its sharding with ppy.Sharding"
-    return None
-
-
-def _other(kinds: set[str | None], calls: int) -> str:
-    if None in kinds:
-        return "not passed in every call"
-    if len(kinds) > 1:
-        return f"passed as {' and '.join(sorted(str(k) for k in kinds))} in different calls"
-    kind = kinds.pop()
+def _other(kinds: set[str | None]) -> str:
+    """Why an input of one kind in every call (``_consistent``) is not described."""
+    kind = next(iter(kinds))
     return {
         "python": "a Python scalar, which jit treats as a weakly typed value; pass an array",
         "none": "always None",
-        "tree": "a pytree other than plain lists, tuples and dicts; describe it with ppy.Like",
     }.get(str(kind), f"a {kind}")
 
 

@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import CodeType
 from typing import Any
 
 from ppy.discovery.records import FunctionInfo, ModuleInfo
+from ppy.kinds.pytrees import class_name, reference
 from ppy.record.signatures import FunctionCalls, Signatures
 from ppy.run.binding import bind_source
 
@@ -48,9 +50,13 @@ def candidates(modules: Sequence[ModuleInfo]) -> dict[str, dict[str, FunctionInf
 class Recorder:
     """A binder for ``run_program`` that wraps instead of replacing."""
 
-    def __init__(self, root: Path, functions: Mapping[str, Mapping[str, FunctionInfo]]) -> None:
+    def __init__(
+        self, root: Path, functions: Mapping[str, Mapping[str, FunctionInfo]], main: str
+    ) -> None:
         self.root = root
         self.functions = functions
+        #: The program's module name: its classes are ``__main__``'s as it runs.
+        self.main = main
         #: Per function (``module.qualname``), how often each signature was called.
         self.seen: dict[str, Counter[str]] = {}
         #: Per function, the calls that could not be written down, by why.
@@ -85,7 +91,7 @@ class Recorder:
             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
         )
         counter = self.seen.setdefault(name, Counter())
-        return _Recorded(original, positional, function.static, counter, self.skipped)
+        return _Recorded(original, positional, function.static, self.main, counter, self.skipped)
 
     def signatures(self) -> Signatures:
         """This run's calls as a file's content (one run)."""
@@ -107,25 +113,27 @@ class _Recorded:
     jitted function's own.
     """
 
-    __slots__ = ("__ppy_original__", "_counter", "_positional", "_skipped", "_static")
+    __slots__ = ("__ppy_original__", "_counter", "_main", "_positional", "_skipped", "_static")
 
     def __init__(
         self,
         original: Any,
         positional: tuple[str, ...],
         static: frozenset[str],
+        main: str,
         counter: Counter[str],
         skipped: Counter[tuple[str, str]],
     ) -> None:
         self.__ppy_original__ = original
         self._positional = positional
         self._static = static
+        self._main = main
         self._counter = counter
         self._skipped = skipped
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            self._counter[_signature(self._positional, self._static, args, kwargs)] += 1
+            self._counter[_signature(self._positional, self._static, self._main, args, kwargs)] += 1
         except _Traced:
             pass  # inside another function's trace: inlined there, never a call of its own
         except Unrecordable as why:
@@ -165,18 +173,22 @@ def _name(function: Any) -> str:
 
 
 def _signature(
-    positional: Sequence[str], static: frozenset[str], args: tuple[Any, ...], kwargs: dict[str, Any]
+    positional: Sequence[str],
+    static: frozenset[str],
+    main: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
 ) -> str:
     """The call's inputs as the file's canonical JSON."""
     inputs: dict[str, Any] = {}
     for name, value in zip(positional, args, strict=False):
-        inputs[name] = _input(value, name in static)
+        inputs[name] = _input(value, name in static, main)
     for name, value in kwargs.items():
-        inputs[name] = _input(value, name in static)
+        inputs[name] = _input(value, name in static, main)
     return json.dumps(inputs, sort_keys=True, separators=(",", ":"))
 
 
-def _input(value: Any, static: bool) -> dict[str, Any]:
+def _input(value: Any, static: bool, main: str) -> dict[str, Any]:
     if static:
         if value is None or type(value) in (bool, int, float, str):
             return {"static": value}
@@ -184,9 +196,6 @@ def _input(value: Any, static: bool) -> dict[str, Any]:
     leaf = _leaf(value)
     if leaf is not None:
         return leaf
-    nest = _nest(value, 0)
-    if nest is not None:
-        return {"nest": nest}
     import jax
 
     leaves, tree = jax.tree_util.tree_flatten(value)
@@ -196,38 +205,62 @@ def _input(value: Any, static: bool) -> dict[str, Any]:
         if described is None:
             raise Unrecordable(f"a {type(item).__name__} inside a pytree, which jit cannot take")
         found.append(described)
-    return {"tree": str(tree), "leaves": found}
+    return {"nest": _node(tree, iter(found), main, 0)}
 
 
-#: How deep a nest of lists, tuples and dicts is written out (the file's limit).
+#: How deep a pytree is written out (the file's limit).
 NEST_DEPTH = 16
 
 
-def _nest(value: Any, depth: int) -> dict[str, Any] | None:
-    """Plain lists, tuples and str-keyed dicts of arrays, as JSON; None for
-    anything else (a NamedTuple, a registered class), which is written as a tree."""
+def _node(tree: Any, leaves: Iterator[dict[str, Any]], main: str, depth: int) -> dict[str, Any]:
+    """One pytree node as the file holds it: plain lists, tuples and
+    str-keyed dicts as themselves, any other node (a NamedTuple, an optax
+    state, a flax or equinox structure) by its class, its metadata and its
+    children, so that the build can rebuild the very same structure."""
     if depth > NEST_DEPTH:
-        return None
-    kind = type(value)
+        raise Unrecordable(f"a pytree nested more than {NEST_DEPTH} deep")
+    kind, data = tree.node_data()
+    children = [_child(child, leaves, main, depth) for child in tree.children()]
     if kind is list or kind is tuple:
-        items = [_item(item, depth) for item in value]
-        if any(item is None for item in items):
-            return None
-        return {kind.__name__: items}
-    if kind is dict and all(type(key) is str for key in value):
-        entries = {key: _item(item, depth) for key, item in value.items()}
-        if any(item is None for item in entries.values()):
-            return None
-        return {"dict": entries}
-    return None
+        return {kind.__name__: children}
+    if kind is dict and all(type(key) is str for key in data):
+        return {"dict": dict(zip(data, children, strict=True))}
+    try:
+        metadata = _metadata(data, main, 0)
+    except Unrecordable as why:
+        raise Unrecordable(f"a {kind.__qualname__} whose metadata holds {why}") from None
+    return {"node": {"type": class_name(kind, main), "data": metadata, "children": children}}
 
 
-def _item(value: Any, depth: int) -> dict[str, Any] | None:
-    leaf = _leaf(value)
-    if leaf is not None:
-        return leaf
-    nest = _nest(value, depth + 1)
-    return None if nest is None else {"nest": nest}
+def _child(tree: Any, leaves: Iterator[dict[str, Any]], main: str, depth: int) -> dict[str, Any]:
+    data = tree.node_data()
+    if data is None:
+        return next(leaves)
+    if data[0] is type(None):
+        return {"none": True}
+    return {"nest": _node(tree, leaves, main, depth + 1)}
+
+
+def _metadata(value: Any, main: str, depth: int) -> Any:
+    """A node's metadata as JSON: literals, lists, ``{"tuple": [...]}``, and
+    ``{"ref": "module:name"}`` for a class, function or sentinel that its
+    module holds under that name."""
+    if depth > NEST_DEPTH:
+        raise Unrecordable("metadata nested too deeply")
+    if value is None or type(value) in (bool, int, str):
+        return value
+    if type(value) is float:
+        if not math.isfinite(value):
+            raise Unrecordable(f"the float {value}")
+        return value
+    if type(value) is tuple:
+        return {"tuple": [_metadata(item, main, depth + 1) for item in value]}
+    if type(value) is list:
+        return [_metadata(item, main, depth + 1) for item in value]
+    ref = reference(value, main)
+    if ref is None:
+        raise Unrecordable(f"a {type(value).__name__} its module does not name")
+    return {"ref": ref}
 
 
 def _leaf(value: Any) -> dict[str, Any] | None:

@@ -23,7 +23,7 @@ def record(program: str, argv: list[str], *, replace: bool) -> int:
     """Record a run of ``program``; the program's exit code."""
     from ppy.config import load_config
     from ppy.discovery.module import discover_module
-    from ppy.layout import find_sources
+    from ppy.layout import find_sources, module_name
     from ppy.log import get_logger
     from ppy.record.observe import Recorder, candidates
     from ppy.record.signatures import read_signatures, signatures_path, write_signatures
@@ -36,7 +36,8 @@ def record(program: str, argv: list[str], *, replace: bool) -> int:
     target = signatures_path(config.root)
     previous = None if replace else read_signatures(target)
     modules = [discover_module(config.root, source) for source in find_sources(config.root)]
-    recorder = Recorder(config.root, candidates(modules))
+    main = module_name(config.root.resolve(), path.resolve()) or "__main__"
+    recorder = Recorder(config.root, candidates(modules), main)
     try:
         return run_program(
             program, argv, artifact=None, runtimes={}, root=config.root, binder=recorder
@@ -54,7 +55,8 @@ def record(program: str, argv: list[str], *, replace: bool) -> int:
                 function=function,
                 calls=calls,
                 reason=f"passed {why}; those calls are not in the file",
-                remedy="pass static arguments as bool, int, float, str or None",
+                remedy="pass static arguments as bool, int, float, str or None; describe "
+                "an input whose pytree cannot be recorded with ppy.Like",
             )
         log.info(
             "record.written",

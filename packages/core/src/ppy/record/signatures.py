@@ -24,9 +24,12 @@ the description the build derives from them::
 An input is ``{"array": "float32[32,4]"}`` (with ``"weak": true`` for a
 weakly typed one, ``"sharded": true`` for one laid out over several
 devices), ``{"static": value}`` (a JSON literal), ``{"python": "float"}`` (a
-Python scalar), ``{"none": true}``, ``{"nest": {"list": [...]}}`` (plain lists,
-tuples and dicts of inputs), or ``{"tree": "...", "leaves": [...]}`` (any
-other pytree, by jax's description of its structure).
+Python scalar), ``{"none": true}``, or ``{"nest": {...}}``: a pytree, its
+plain lists, tuples and dicts as ``{"list": [...]}``, ``{"tuple": [...]}``
+and ``{"dict": {...}}``, and any other node (a NamedTuple, an optax state, a
+flax or equinox structure) as ``{"node": {"type": "module:qualname", "data":
+..., "children": [...]}}``, its metadata as JSON (``{"tuple": [...]}`` for a
+tuple, ``{"ref": "module:name"}`` for a class or sentinel the module holds).
 ``description`` and ``dims`` are written for the reader and recomputed from
 the signatures on every write; the build reads only the signatures.
 
@@ -70,6 +73,8 @@ MAX_LEAVES: Final = 10_000
 MAX_DEPTH: Final = 16
 _ARRAY: Final = re.compile(r"[a-z][a-z0-9_]*\[(\d+(,\d+)*)?\]")
 _NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_<>][A-Za-z0-9_<>]*)*")
+#: ``module:qualname`` of a class or object a node names.
+_REF: Final = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", re.ASCII)
 
 #: One input as recorded: a JSON object of the forms above.
 Input = Mapping[str, Any]
@@ -237,39 +242,27 @@ class _Checker:
             if set(value) != {"nest"}:
                 raise self.fail(parameter, f"{where}: a nest takes nothing else")
             self.nest(name, parameter, value["nest"], 0, [0])
-        elif kind == "tree":
-            leaves = value.get("leaves")
-            if (
-                set(value) != {"tree", "leaves"}
-                or not isinstance(value["tree"], str)
-                or not isinstance(leaves, list)
-                or len(leaves) > MAX_LEAVES
-            ):
-                raise self.fail(
-                    parameter, f'{where}: a tree is not {{"tree": ..., "leaves": [...]}}'
-                )
-            for leaf in leaves:
-                if not isinstance(leaf, dict) or next(iter(leaf), None) == "tree":
-                    raise self.fail(parameter, f"{where}: a leaf is not an input")
-                self.input(name, parameter, leaf)
         else:
             raise self.fail(parameter, f"{where}: unknown kind {kind!r}")
 
     def nest(self, name: str, parameter: str, node: object, depth: int, leaves: list[int]) -> None:
-        """``{"list": [...]}``, ``{"tuple": [...]}`` or ``{"dict": {...}}`` of
-        arrays, Python scalars, Nones and nests, within the depth and leaf limits."""
+        """``{"list": [...]}``, ``{"tuple": [...]}``, ``{"dict": {...}}`` or
+        ``{"node": {"type": ..., "data": ..., "children": [...]}}`` of arrays,
+        Python scalars, Nones and nests, within the depth and leaf limits."""
         where = f"{name}: input {parameter!r}"
         if depth > MAX_DEPTH:
             raise self.fail(parameter, f"{where}: nests deeper than {MAX_DEPTH}")
         if not isinstance(node, dict) or len(node) != 1:
-            raise self.fail(parameter, f"{where}: a nest is not one list, tuple or dict")
+            raise self.fail(parameter, f"{where}: a nest is not one list, tuple, dict or node")
         kind, items = next(iter(node.items()))
         if kind in ("list", "tuple") and isinstance(items, list):
             values: list[object] = list(items)
         elif kind == "dict" and isinstance(items, dict):
             values = list(items.values())
+        elif kind == "node" and self.node(items, depth):
+            values = list(items["children"])
         else:
-            raise self.fail(parameter, f"{where}: a nest is not one list, tuple or dict")
+            raise self.fail(parameter, f"{where}: a nest is not one list, tuple, dict or node")
         for item in values:
             leaves[0] += 1
             if leaves[0] > MAX_LEAVES:
@@ -280,6 +273,17 @@ class _Checker:
                 self.input(name, parameter, item)
             else:
                 raise self.fail(parameter, f"{where}: a nest holds something not an input")
+
+    def node(self, node: object, depth: int) -> bool:
+        """A pytree node: its class's ``module:qualname``, its metadata, its children."""
+        return (
+            isinstance(node, dict)
+            and set(node) == {"type", "data", "children"}
+            and isinstance(node["type"], str)
+            and _REF.fullmatch(node["type"]) is not None
+            and isinstance(node["children"], list)
+            and _metadata(node["data"], depth)
+        )
 
     def array(self, parameter: str, where: str, value: Mapping[str, Any]) -> None:
         text = value.get("array")
@@ -293,6 +297,22 @@ class _Checker:
 
 def _literal(value: object) -> bool:
     return value is None or type(value) in (bool, int, float, str)
+
+
+def _metadata(value: object, depth: int) -> bool:
+    """A node's metadata: literals, lists, ``{"tuple": [...]}`` and ``{"ref": "module:name"}``."""
+    if depth > MAX_DEPTH:
+        return False
+    if _literal(value):
+        return True
+    if isinstance(value, list):
+        return all(_metadata(item, depth + 1) for item in value)
+    if isinstance(value, dict) and len(value) == 1:
+        ((kind, inner),) = value.items()
+        if kind == "tuple" and isinstance(inner, list):
+            return all(_metadata(item, depth + 1) for item in inner)
+        return kind == "ref" and isinstance(inner, str) and _REF.fullmatch(inner) is not None
+    return False
 
 
 def parse_array(text: str) -> tuple[str, tuple[int, ...]]:
