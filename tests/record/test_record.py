@@ -308,12 +308,17 @@ def test_plain_lists_tuples_and_dicts_of_arrays_are_described(tmp_path: Path) ->
 
 
 BY_CALL = """
+import os
 import sys
 from functools import partial
 from typing import Annotated
 import jax
 import jax.numpy as jnp
+import numpy as np
 import ppy
+
+WIDTH = 0.5
+NOISE = np.random.default_rng(int(os.environ.get("SEED", "0"))).random(3).astype(np.float32)
 
 
 def scale(x, factor):
@@ -328,13 +333,34 @@ def center(x):
     return x - jnp.mean(x)
 
 
+def exp_kernel(x, y):
+    return jnp.exp(-((x - y) ** 2) / WIDTH)
+
+
+def gram(kernel, xs, ys):
+    return jax.vmap(lambda x: jax.vmap(lambda y: kernel(x, y))(ys))(xs)
+
+
+def loss(w, x):
+    return jnp.sum(jnp.tanh(x * w) ** 2)
+
+
+def add(noise, x):
+    return x.sum() + noise
+
+
 scaled = jax.jit(scale, static_argnames=("factor",))
 shift = jax.jit(shift)
 center = jax.jit(center)
+gram_ = jax.jit(partial(gram, exp_kernel))
+rows = jax.jit(jax.vmap(center))
+grad_fun = jax.jit(jax.grad(loss))
+noisy = jax.jit(partial(add, NOISE))
 
 for n in [int(a) for a in sys.argv[1:]]:
     x = jnp.arange(n, dtype=jnp.float32)
     print(scaled(x, factor=2), shift(x), center(x))
+    print(gram_(x, x).sum().round(3), rows(jnp.stack([x, 2 * x])), grad_fun(jnp.float32(0.5), x), noisy(x))
 """
 
 
@@ -349,6 +375,20 @@ def test_a_function_jitted_by_a_call_is_recorded_and_staged(tmp_path: Path) -> N
     functions = _file(root)["functions"]
     assert functions["model.scaled"]["description"] == {"factor": "static 2", "x": "float32[B]"}
     assert functions["model.center"]["description"] == {"x": "float32[B]"}
+    # What a partial binds is no input: the kernel and the noise are left out.
+    assert functions["model.gram_"]["description"] == {"xs": "float32[B]", "ys": "float32[B]"}
+    assert functions["model.noisy"]["description"] == {"x": "float32[B]"}
+    # vmap adds the batch axis its function's inputs lack; grad takes its inputs.
+    assert functions["model.rows"]["description"] == {"x": "float32[2,B]"}
+    assert functions["model.grad_fun"]["description"] == {"w": "float32[]", "x": "float32[B]"}
     compared = differential(root, "4", cache=cache)
-    assert compared.bound() == {"scaled", "shift", "center"}
+    every = {"scaled", "shift", "center", "gram_", "rows", "grad_fun", "noisy"}
+    assert compared.bound() == every
+    assert all(compared.staged_calls(name) == 1 for name in every - {"shift", "center"})
     assert not compared.fallbacks()
+    # Another process draws other noise, which the export baked in at build
+    # time: the partial's bound value is compared, and the call is jit's.
+    other = differential(root, "4", cache=cache, build=False, env={"SEED": "1"})
+    (fallback,) = other.fallbacks()
+    assert (fallback["function"], fallback["category"]) == ("noisy", "captured")
+    assert other.staged_calls("gram_") == 1

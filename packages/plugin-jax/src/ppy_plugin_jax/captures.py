@@ -35,7 +35,16 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ppy.kinds.fingerprint import DEFAULTS, Unreadable, defaults, fingerprint, python_function
+from ppy.kinds.fingerprint import (
+    BOUND,
+    DEFAULTS,
+    Unreadable,
+    bound_values,
+    defaults,
+    fingerprint,
+    python_function,
+    traced_function,
+)
 from ppy.kinds.jax_export import Captured
 
 __all__ = ["Refused", "captures"]
@@ -174,9 +183,19 @@ def captures(
 ) -> tuple[Captured, ...]:
     """Every value ``fn``'s trace can read from globals, fingerprinted; ``Refused``
     names the first that cannot be."""
-    function = python_function(fn)
+    function = traced_function(fn)
     if function is None:
         return ()
     scan = _Scan(root, limit, flatten)
     scan.function(function, ())
+    # ``jax.jit(partial(g, k))``: what the partial binds is traced as
+    # constants, so it is compared like a global, and a project function
+    # among it is followed for what it reads in turn.
+    for index, value in enumerate(bound_values(fn)):
+        scan.value(
+            value,
+            (BOUND, str(index)),
+            f"argument {index} that a partial binds to {function.__qualname__}",
+            (),
+        )
     return tuple(scan.found[path] for path in sorted(scan.found))

@@ -85,8 +85,9 @@ def _runtime_annotations(fn: Any, function: Mapping[str, Any]) -> str | None:
     import typing
 
     import ppy
+    from ppy.kinds.fingerprint import traced_function
 
-    target = getattr(fn, "__wrapped__", fn)
+    target = traced_function(fn) or fn
     try:
         hints = typing.get_type_hints(target, include_extras=True)
     except Exception as error:  # annotations that do not evaluate are the user's to fix
@@ -222,14 +223,14 @@ def _inputs(
     fn: Any, module: Any, params: list[Mapping[str, Any]], request: Mapping[str, Any]
 ) -> _Inputs:
     import jax
-    from ppy.kinds.fingerprint import Unreadable, python_function
+    from ppy.kinds.fingerprint import Unreadable, traced_function
     from ppy.kinds.pytrees import structure
     from ppy.spec import MeshSpec
 
     from ppy_plugin_jax.inputs import Undescribed, abstract
     from ppy_plugin_jax.mesh import Unplaced, place
 
-    python = python_function(fn)
+    python = traced_function(fn)
     namespace = python.__globals__ if python else vars(module)
     try:
         described = abstract(namespace, params, request["root"])

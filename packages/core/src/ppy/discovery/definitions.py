@@ -16,6 +16,7 @@ from typing import Final, Literal
 
 from ppy.discovery.imports import Names, module_statements
 from ppy.discovery.records import (
+    ArraySpec,
     ClassInfo,
     Decorator,
     Differentiation,
@@ -31,6 +32,22 @@ __all__ = ["PARTIAL", "Definition", "Definitions"]
 #: ``functools.partial(f, ...)`` hands on ``f``: decorators and transforms see through it.
 PARTIAL: Final = frozenset({"functools.partial"})
 
+#: jax's transforms whose function takes the inputs of the one they wrap
+#: (their outputs differ, which the export reads from the trace)...
+_SAME_INPUTS: Final = frozenset(
+    {
+        "jax.grad",
+        "jax.value_and_grad",
+        "jax.jacfwd",
+        "jax.jacrev",
+        "jax.hessian",
+        "jax.checkpoint",
+        "jax.remat",
+    }
+)
+#: ... and those whose inputs are another shape (a batch axis more), so that
+#: only a recording describes them.
+_NEW_INPUTS: Final = frozenset({"jax.vmap"})
 _CLASS_VAR: Final = frozenset({"typing.ClassVar", "typing_extensions.ClassVar"})
 _NAMED_TUPLE: Final = frozenset({"typing.NamedTuple", "typing_extensions.NamedTuple"})
 _TYPED_DICT: Final = frozenset({"typing.TypedDict", "typing_extensions.TypedDict"})
@@ -46,6 +63,31 @@ class Definition:
     scope: Scope
     #: Names of functions defined directly in this function's body.
     local: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Made:
+    """A module-level function, and what was made of it on the way to jit,
+    innermost first: ``(form, positional arguments bound, keywords bound)``."""
+
+    function: str
+    steps: tuple[tuple[str, int, frozenset[str]], ...] = ()
+
+    def parameters(self, parameters: tuple[Parameter, ...]) -> tuple[Parameter, ...]:
+        """The parameters of what jit wraps: a partial's bound ones left out,
+        a vmap's without their descriptions (they are batched)."""
+        for form, positional, keywords in self.steps:
+            if form == "partial":
+                leading = [p for p in parameters if p.kind == "positional"][:positional]
+                parameters = tuple(
+                    p for p in parameters if p not in leading and p.name not in keywords
+                )
+            elif form == "new":
+                parameters = tuple(
+                    Parameter(p.name, p.kind, None, ArraySpec(None, None), p.has_default)
+                    for p in parameters
+                )
+        return parameters
 
 
 class Definitions:
@@ -105,13 +147,15 @@ class Definitions:
         """Each function, module-level ones first, then in source order; a
         module-level ``f = jax.jit(g)`` is a function ``f`` with ``g``'s signature."""
         found = [self._function(d, differentiated.get(d.qualname)) for d in self.defs]
-        for statement, name, record in self._jitted_by_call():
-            found.append(self._jitted(statement, name, record, differentiated))
+        for statement, name, record, made in self._jitted_by_call():
+            found.append(self._jitted(statement, name, record, made, differentiated))
         order = {"module": 0, "method": 1, "nested": 1}
         return tuple(sorted(found, key=lambda f: (order[f.scope], f.lineno)))
 
-    def _jitted_by_call(self) -> Iterator[tuple[ast.Assign, str, Definition]]:
-        """Module-level ``name = jax.jit(function, ...)`` of a module-level def."""
+    def _jitted_by_call(self) -> Iterator[tuple[ast.Assign, str, Definition, _Made]]:
+        """Module-level ``name = jax.jit(made, ...)``, where ``made`` is a
+        module-level def, or one wrapped by ``functools.partial`` and jax's
+        transforms (``jax.vmap``, ``jax.grad``, ...)."""
         for statement in module_statements(self.tree.body):
             if not (
                 isinstance(statement, ast.Assign)
@@ -120,20 +164,47 @@ class Definitions:
                 and isinstance(statement.value, ast.Call)
                 and self.resolve(statement.value.func) == "jax.jit"
                 and len(statement.value.args) == 1
-                and isinstance(statement.value.args[0], ast.Name)
             ):
                 continue
-            qualname = self.module_functions.get(statement.value.args[0].id)
+            made = self._made(statement.value.args[0])
+            if made is None:
+                continue
+            qualname = self.module_functions.get(made.function)
             for record in self.defs:
                 if record.scope == "module" and record.qualname == qualname:
-                    yield statement, statement.targets[0].id, record
+                    yield statement, statement.targets[0].id, record, made
                     break
+
+    def _made(self, node: ast.expr) -> _Made | None:
+        """What a jitted expression makes of a module-level function, or None
+        for anything else (a lambda, a call of the program's own, a closure)."""
+        if isinstance(node, ast.Name):
+            return _Made(node.id)
+        if not (isinstance(node, ast.Call) and node.args):
+            return None
+        inner = self._made(node.args[0])
+        func = self.resolve(node.func)
+        if inner is None or func is None:
+            return None
+        if func in PARTIAL:
+            bound = frozenset(k.arg for k in node.keywords if k.arg is not None)
+            if any(k.arg is None for k in node.keywords) or any(
+                isinstance(a, ast.Starred) for a in node.args
+            ):
+                return None  # what **kwargs or *args bind is not known from the source
+            return _Made(inner.function, (*inner.steps, ("partial", len(node.args) - 1, bound)))
+        if func in _SAME_INPUTS:
+            return _Made(inner.function, (*inner.steps, ("same", 0, frozenset())))
+        if func in _NEW_INPUTS:
+            return _Made(inner.function, (*inner.steps, ("new", 0, frozenset())))
+        return None
 
     def _jitted(
         self,
         statement: ast.Assign,
         name: str,
         record: Definition,
+        made: _Made,
         differentiated: Mapping[str, Differentiation],
     ) -> FunctionInfo:
         assert isinstance(statement.value, ast.Call)
@@ -141,7 +212,10 @@ class Definitions:
             ast.Call(func=statement.value.func, args=[], keywords=statement.value.keywords),
             statement,
         )
-        wrapped = self._function(record, differentiated.get(record.qualname))
+        # What is staged is the jitted object bound to ``name``: differentiated
+        # where it (or a function calling it) is handed to a transform. What
+        # happens to ``record``'s Python function elsewhere does not reach it.
+        wrapped = self._function(record, differentiated.get(name))
         # ``g = jax.jit(g)`` binds g twice by design: the def and this line.
         own = {statement.lineno, record.node.lineno}
         return dataclasses.replace(
@@ -149,6 +223,7 @@ class Definitions:
             qualname=name,
             lineno=statement.lineno,
             decorators=(self._decorator(call),),
+            parameters=made.parameters(wrapped.parameters),
             rebound=tuple(line for line in self.names.bindings.get(name, []) if line not in own),
         )
 

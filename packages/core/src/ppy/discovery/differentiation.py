@@ -84,6 +84,12 @@ class _Differentiation:
                 result[qualname] = Differentiation(found.transform, found.lineno, via)
             record = self.by_qualname.get(qualname)
             if record is None:
+                # A module-level name bound to what a call made of functions
+                # (``f = jax.jit(g)``): differentiating it differentiates them.
+                value = self.names.values.get(qualname)
+                if value is not None:
+                    for callee, _ in self._targets(value, None, frozenset({qualname})):
+                        queue.append((callee, (*via, qualname)))
                 continue
             name = record.qualname.rpartition(".")[2]
             for callee in self._referenced(record):
@@ -101,6 +107,15 @@ class _Differentiation:
         return names
 
     def _lookup(self, name: str, scope: Definition | None) -> str | None:
+        """The def a name refers to, or the module-level name itself where an
+        assignment binds it to a call's result (``f = jax.jit(g)`` is staged
+        under ``f``)."""
+        found = self._def(name, scope)
+        if found is None and isinstance(self.names.values.get(name), ast.Call):
+            return name
+        return found
+
+    def _def(self, name: str, scope: Definition | None) -> str | None:
         if scope is not None and name in scope.local:
             return scope.local[name]
         return self.definitions.module_functions.get(name)
@@ -139,12 +154,14 @@ class _Differentiation:
         self, node: ast.expr, scope: Definition | None, seen: frozenset[str]
     ) -> Iterator[tuple[str, tuple[str, ...]]]:
         if isinstance(node, ast.Name):
-            qualname = self._lookup(node.id, scope)
+            qualname = self._def(node.id, scope)
             if qualname is not None:
                 yield qualname, ()
                 return
             value = self.names.values.get(node.id)
             if value is not None and node.id not in seen:
+                if isinstance(value, ast.Call):
+                    yield node.id, ()
                 yield from self._targets(value, None, seen | {node.id})
         elif isinstance(node, ast.Lambda):
             for child in ast.walk(node.body):

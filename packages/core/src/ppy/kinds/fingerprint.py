@@ -32,18 +32,23 @@ import dataclasses
 import enum
 import functools
 import hashlib
+import os
+import sys
 import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = [
+    "BOUND",
     "DEFAULTS",
     "DEFAULT_LIMIT",
     "Unreadable",
     "defaults",
     "fingerprint",
+    "bound_values",
     "python_function",
     "resolve",
+    "traced_function",
 ]
 
 #: The largest array (in bytes) a trace may capture and stay staged: 1 MiB.
@@ -54,6 +59,8 @@ _PLAIN = (type(None), bool, int, float, complex, str, bytes)
 
 #: The path step that stands for a function's ``defaults()``.
 DEFAULTS = "<defaults>"
+#: The path step that stands for what the partials a jit wraps bind (``bound_values``).
+BOUND = "<bound>"
 
 Flatten = Callable[[Any], tuple[list[Any], Any]]
 
@@ -283,6 +290,60 @@ def python_function(value: Any) -> types.FunctionType | None:
     return None
 
 
+def traced_function(value: Any) -> types.FunctionType | None:
+    """The Python function a jitted callable traces at its core: what
+    ``python_function`` finds, seen also through ``functools.partial`` and
+    through jax's own transforms (``jax.vmap(g)``, ``jax.grad(g)``), which wrap
+    ``g`` with ``functools.wraps``. A wrapper of the program's own is kept:
+    its code is part of what is traced."""
+    from ppy.runtime import ORIGINAL
+
+    for _ in range(16):
+        value = getattr(value, ORIGINAL, value)  # a function ``ppy run`` bound
+        if isinstance(value, functools.partial):
+            value = value.func
+            continue
+        if isinstance(value, types.FunctionType) and not _jax_wrapper(value):
+            return value
+        value = getattr(value, "__wrapped__", None)
+        if value is None:
+            return None
+    return None
+
+
+def bound_values(value: Any) -> tuple[Any, ...]:
+    """What the partials between a jitted callable and its function bind:
+    their positional arguments, then their keywords' values by name."""
+    from ppy.runtime import ORIGINAL
+
+    found: list[Any] = []
+    for _ in range(16):
+        value = getattr(value, ORIGINAL, value)
+        if isinstance(value, functools.partial):
+            found += [*value.args, *(value.keywords[k] for k in sorted(value.keywords))]
+            value = value.func
+        elif isinstance(value, types.FunctionType) and not _jax_wrapper(value):
+            break
+        else:
+            value = getattr(value, "__wrapped__", None)
+            if value is None:
+                break
+    return tuple(found)
+
+
+def _jax_wrapper(fn: types.FunctionType) -> bool:
+    """A function jax's transforms made around another (``vmap``, ``grad``).
+    Told by where its code is: jax's wrappers copy the wrapped function's
+    ``__module__``."""
+    jax = sys.modules.get("jax")
+    folder = os.path.dirname(getattr(jax, "__file__", None) or "") if jax else ""
+    return (
+        bool(folder)
+        and hasattr(fn, "__wrapped__")
+        and fn.__code__.co_filename.startswith(os.path.join(folder, ""))
+    )
+
+
 def defaults(fn: types.FunctionType) -> tuple[Any, ...]:
     """What a function holds besides its globals: its code, defaults and
     closed-over values. The code counts for a project function the staged
@@ -308,16 +369,23 @@ def resolve(start: Any, path: tuple[str, ...]) -> Any:
     """Follow a capture's path from the staged function ``start``.
 
     From a function (or what wraps one) a step is a name in its globals,
-    else a builtin, or ``DEFAULTS``; from a module, a class or any other
-    value, an attribute. ``LookupError`` or ``AttributeError`` where the
+    else a builtin, or ``DEFAULTS``, or ``BOUND`` (then an index into what
+    the partials bind); from a module, a class or any other value, an
+    attribute. ``LookupError`` or ``AttributeError`` where the
     running program has no such name.
     """
     import builtins
 
     current = start
     for step in path:
+        if step == BOUND:
+            current = bound_values(current)
+            continue
+        if isinstance(current, tuple):
+            current = current[int(step)]
+            continue
         function = (
-            None if isinstance(current, types.ModuleType | type) else python_function(current)
+            None if isinstance(current, types.ModuleType | type) else traced_function(current)
         )
         if function is None:
             current = getattr(current, step)
