@@ -68,6 +68,11 @@ def _split(stderr: str) -> tuple[list[dict[str, object]], str]:
     return events, "".join(rest)
 
 
+def _bytecode(root: Path) -> list[Path]:
+    """The bytecode caches under ``root``, ppy's own folder left out."""
+    return sorted(p for p in root.rglob("__pycache__") if ".ppy" not in p.parts)
+
+
 def differential(
     root: Path,
     *argv: str,
@@ -96,9 +101,12 @@ def differential(
         check=False,
         timeout=300,
     )
+    bytecode = _bytecode(root)
     if build:
         run_ppy("build", cwd=root, env=environ)
     verbose = run_ppy("-v", "--log-format", "json", "run", program, *argv, cwd=root, env=environ)
+    # Nothing is left in the project that python would not have left there.
+    assert _bytecode(root) == bytecode, "ppy wrote bytecode beside the sources"
     events, rest = _split(verbose.stderr)
     assert verbose.stdout == plain.stdout, (verbose.stdout, plain.stdout, verbose.stderr)
     assert verbose.returncode == plain.returncode, verbose.stderr

@@ -482,6 +482,9 @@ def _limit_memory(megabytes: int | None) -> None:
 
 
 def main() -> None:
+    # The project's modules are imported here, where python runs the program
+    # as ``__main__``: no bytecode cache may be left beside the sources.
+    sys.dont_write_bytecode = True
     # One line: stdin stays open after it, as the watchdog's lifeline.
     request = json.loads(sys.stdin.readline())
     if request.get("protocol") != PROTOCOL_VERSION:
