@@ -158,6 +158,7 @@ def test_the_plugins_own_rules_say_what_cannot_be_exported() -> None:
     assert "scale" not in kinds and "x (" not in kinds
     assert "only module-level functions" in _failed("method")["scope"]
     assert "only module-level functions" in _failed("nested")["scope"]
+    assert "defined inside another function" in _failed("nested")["scope"]
 
 
 def test_the_fingerprint_follows_versions_and_platforms() -> None:

@@ -282,14 +282,20 @@ def _parameter_kind(function: FunctionInfo) -> Check:
     )
 
 
+#: Why a function of each scope other than the module's is not exported.
+_SCOPES = {
+    "method": "a method is called through an instance, which the build does not have",
+    "nested": "a function defined inside another function is made anew each time that one runs",
+}
+
+
 def _scope(function: FunctionInfo) -> Check:
     if function.scope == "module":
         return Check("scope", True, "module-level function")
     return Check(
         "scope",
         False,
-        f"a {function.scope} is created when the program runs; "
-        "only module-level functions are exported",
+        f"{_SCOPES[function.scope]}; only module-level functions are exported",
         "move it to module level",
     )
 
