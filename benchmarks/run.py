@@ -43,6 +43,7 @@ CASES: dict[str, Callable[[Path, Plan], list[Comparison]]] = {
     "unstaged": lambda scratch, plan: programs.nothing_staged(scratch, plan.startup_rounds),
     "sharded": lambda scratch, plan: programs.sharded(scratch, plan.startup_rounds),
     "record": lambda scratch, plan: programs.recording(scratch, plan.startup_rounds),
+    "unannotated": lambda scratch, plan: programs.optax_unannotated(scratch, plan.startup_rounds),
 }
 
 

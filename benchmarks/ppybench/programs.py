@@ -1,4 +1,4 @@
-"""Cases 6 to 9: start-up of real programs, staged and not, and what recording costs.
+"""Cases 6 to 10: start-up of real programs, staged and not, and what recording costs.
 
 - ``optax training``: an MLP trained with optax, whose ``train_step(params,
   opt_state, x, y)`` takes pytrees described with ``ppy.Like``; the whole
@@ -19,17 +19,43 @@ from .machine import ppy_command
 from .measure import Comparison, Mode
 from .startup import first_calls, interleaved
 
-__all__ = ["RECORDED", "SHARDED", "nothing_staged", "optax_training", "recording", "sharded"]
+__all__ = [
+    "RECORDED",
+    "SHARDED",
+    "UNANNOTATED",
+    "nothing_staged",
+    "optax_training",
+    "optax_unannotated",
+    "recording",
+    "sharded",
+]
 
 SHARDED = "4-device data-parallel MLP"
 RECORDED = "recording, examples/80_recorded"
+UNANNOTATED = "optax training, unannotated"
 
 
 def optax_training(scratch: Path, rounds: int) -> list[Comparison]:
     """Case 6: the optax training program, staged through ppy.Like."""
     project = projects.optax_training(scratch / "optax")
-    case = "optax training"
-    runs, start = interleaved(project, scratch / "optax-caches", rounds, case)
+    return _training(project, scratch / "optax-caches", rounds, "optax training")
+
+
+def optax_unannotated(scratch: Path, rounds: int) -> list[Comparison]:
+    """Case 10: the same program with no annotation at all, staged from one
+    ``ppy record`` run; and what recording costs on it, interleaved with python."""
+    project = projects.optax_unannotated(scratch / "optax-unannotated")
+    found = _training(project, scratch / "optax-unannotated-caches", rounds, UNANNOTATED)
+    env = {"PPY_CACHE_DIR": str(scratch / "optax-unannotated-record")}
+    python = Mode("python", [sys.executable, "model.ppy"], project, lambda _p: env)
+    record = Mode("ppy record", [*ppy_command(), "record", "model.ppy"], project, lambda _p: env)
+    runs = measure.interleave([python, record], rounds, scratch)
+    wall = {name: [r.wall_s for r in mode_runs] for name, mode_runs in runs.items()}
+    return [*found, Comparison(UNANNOTATED, "recording", "s", "python", wall)]
+
+
+def _training(project: Path, caches: Path, rounds: int, case: str) -> list[Comparison]:
+    runs, start = interleaved(project, caches, rounds, case)
     wall = {name: [run.wall_s for run in mode_runs] for name, mode_runs in runs.items()}
     params = {"hidden": projects.OPTAX_HIDDEN, "steps": projects.OPTAX_STEPS}
     return [

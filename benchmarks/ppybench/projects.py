@@ -9,10 +9,14 @@ stderr; its stdout is what every mode must print alike.
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 from ppy.artifact.read import read_artifact
+
+from .machine import ppy_command
 
 __all__ = [
     "build_function",
@@ -410,6 +414,39 @@ def main() -> None:
 if __name__ == "__main__":
     main()
 """
+
+
+def optax_unannotated(root: Path) -> Path:
+    """The optax training program with no ppy annotation at all, described by
+    one ``ppy record`` run (made here, before any timed run)."""
+    text = OPTAX_MODEL.format(hidden=OPTAX_HIDDEN, steps=OPTAX_STEPS)
+    for written in (
+        "import ppy\n",
+        "Params = Annotated[Any, ppy.Like(init_params)]\n",
+        "OptState = Annotated[Any, ppy.Like(init_opt_state)]\n",
+        'X = Annotated[jax.Array, ppy.Shape("B", 16), ppy.DType("float32")]\n',
+        'Y = Annotated[jax.Array, ppy.Shape("B", 1), ppy.DType("float32")]\n',
+    ):
+        if written not in text:
+            raise SystemExit(f"OPTAX_MODEL no longer holds {written!r}")
+        text = text.replace(written, "")
+    text = text.replace(
+        "def train_step(params: Params, opt_state: OptState, x: X, y: Y):",
+        "def train_step(params, opt_state, x, y):",
+    )
+    pyproject = JAX_PYPROJECT + '\n[tool.ppy.run]\npreload = ["optax"]\n'
+    project = _project(root, "optax-unannotated", {"model.ppy": text}, pyproject)
+    recorded = subprocess.run(
+        [*ppy_command(), "record", "model.ppy"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PPY_CACHE_DIR": str(root.parent / "record-cache")},
+    )
+    if recorded.returncode != 0:
+        raise SystemExit(f"ppy record failed in {project}:\n{recorded.stderr}")
+    return project
 
 
 def sharded_example(root: Path) -> Path:

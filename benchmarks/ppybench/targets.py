@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .measure import Comparison
-from .programs import RECORDED, SHARDED
+from .programs import RECORDED, SHARDED, UNANNOTATED
 from .xla_scalar import TRIVIAL_VS_JAX
 
 __all__ = ["TARGETS", "Target", "check"]
@@ -101,13 +101,19 @@ _WARM_TARGETS = (
     ),
 )
 
-#: ppy record against python, whole process.
-_RECORDING = Target(RECORD, RECORDED, "whole process", "ppy record", "python", "<=", 1.05, 9)
+#: ppy record against python, whole process; and the unannotated optax
+#: program, staged from one recording, held to the annotated one's targets.
+_RECORDING = (
+    Target(RECORD, RECORDED, "whole process", "ppy record", "python", "<=", 1.05, 9),
+    Target(RECORD, UNANNOTATED, "recording", "ppy record", "python", "<=", 1.05, 9),
+    Target(RECORD, UNANNOTATED, "whole process", "ppy run warm", "python", "<", 0.6, 9),
+    Target(RECORD, UNANNOTATED, "first call", "ppy run warm", "python", "<", 0.2, 9),
+)
 
 TARGETS: tuple[Target, ...] = (
     *_startup_targets((10, 40, 80)),
     *_WARM_TARGETS,
-    _RECORDING,
+    *_RECORDING,
     Target(RUNTIME, "per-call overhead", "small input (8x4)", "staged", "jitted", "<=", 1.3),
     Target(RUNTIME, "per-call overhead", "medium input (64x256)", "staged", "jitted", "<=", 1.3),
     Target(PROGRAMS, "per-call overhead", "10-leaf params tree", "staged", "jitted", "<=", 1.1),
