@@ -360,7 +360,8 @@ noisy = jax.jit(partial(add, NOISE))
 for n in [int(a) for a in sys.argv[1:]]:
     x = jnp.arange(n, dtype=jnp.float32)
     print(scaled(x, factor=2), shift(x), center(x))
-    print(gram_(x, x).sum().round(3), rows(jnp.stack([x, 2 * x])), grad_fun(jnp.float32(0.5), x), noisy(x))
+    print(gram_(x, x).sum().round(3), rows(jnp.stack([x, 2 * x])))
+    print(grad_fun(jnp.float32(0.5), x), noisy(x))
 """
 
 
