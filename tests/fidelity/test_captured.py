@@ -230,3 +230,37 @@ print(shifted(jnp.ones((2, 4))), offset(jnp.ones((2, 4))))
     assert set(fallbacks) == {"configured", "shifted", "offset"}
     for fallback in fallbacks.values():
         assert fallback["category"] == "captured" and "os.environ" in str(fallback["reason"])
+
+
+def test_a_library_function_the_program_patches(tmp_path: Path) -> None:
+    """``jnp.tanh = jnp.sin`` in main(), before the first call: the trace reads
+    ``jnp.tanh`` and ``jax.nn.relu``, which are compared like globals."""
+    root = project(
+        tmp_path / "p",
+        {
+            "model.ppy": HEAD
+            + """
+import sys
+
+@jax.jit
+def squash(x: Batch) -> jax.Array:
+    return jax.nn.relu(jnp.tanh(x))
+
+def main():
+    if "tanh" in sys.argv:
+        jnp.tanh = jnp.sin
+    if "relu" in sys.argv:
+        jax.nn.relu = jnp.abs
+    print(squash(jnp.linspace(-3.0, 3.0, 8, dtype=jnp.float32).reshape(2, 4)))
+
+main()
+"""
+        },
+    )
+    assert " exported " in _build(root, tmp_path / "c")
+    plain = differential(root, cache=tmp_path / "c", build=False)
+    assert plain.staged_calls("squash") == 1 and not plain.fallbacks()
+    for patched, name in (("tanh", "jnp.tanh"), ("relu", "jax.nn.relu")):
+        changed = differential(root, patched, cache=tmp_path / "c", build=False)
+        (fallback,) = changed.fallbacks()
+        assert fallback["category"] == "captured" and name in str(fallback["reason"])

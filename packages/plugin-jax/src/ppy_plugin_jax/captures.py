@@ -16,10 +16,11 @@ inner functions). What is followed, and what is recorded:
   it, each as a global of its own;
 - a project function, jitted or not: followed into, its globals read in turn
   (its defaults and closure are recorded);
-- a library module (``jnp``, ``math``, ``os``): the data attributes read from
-  it (``math.pi``, ``sys.argv``); its functions and classes by name, except
-  that a call into ``IMPURE`` (``time.time()``, ``random.random()``)
-  refuses the export;
+- a library module (``jnp``, ``math``, ``os``): the attributes read from
+  it, data (``math.pi``, ``sys.argv``) and functions alike (``jnp.tanh``,
+  which a program may replace with ``jnp.tanh = jnp.sin``), except that a
+  call into ``IMPURE`` (``time.time()``, ``random.random()``) refuses the
+  export;
 - anything else: recorded whole.
 
 A global with no fingerprint (an open file, an object of an unknown class)
@@ -159,6 +160,8 @@ class _Scan:
                     "it is called while tracing and answers anew in each process (the "
                     "clock, randomness); the export would keep the build's answer",
                 )
+            else:  # a library's function, compared by what it is: a program may patch it
+                self.record((*path, attrs[0]), f"{name}.{attrs[0]}", inner, strict=False)
             return
         if _reads_environment(value):  # from os import getenv: its globals hold environ
             self.record((*path, "environ"), "os.environ", os.environ, strict=False)
