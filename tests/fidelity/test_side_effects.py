@@ -1,4 +1,4 @@
-"""A function whose trace prints."""
+"""A function whose trace prints; a decorator around a jitted function that counts its calls."""
 
 from __future__ import annotations
 
@@ -38,9 +38,27 @@ def quiet(x: Batch) -> jax.Array:
     return x.min(axis=-1)
 
 
+CALLS = []
+
+
+def counted(fn):
+    def wrapper(*args, **kwargs):
+        CALLS.append(fn.__name__)
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@counted
+@jax.jit
+def tallied(x: Batch) -> jax.Array:
+    return x.mean(axis=-1)
+
+
 x = jnp.ones((2, 4), jnp.float32)
-print(loud(x), warns(x), quiet(x))
-print(loud(x), warns(x), quiet(x))
+print(loud(x), warns(x), quiet(x), tallied(x))
+print(loud(x), warns(x), quiet(x), tallied(x))
+print("calls counted:", len(CALLS))
 """
 
 
@@ -50,11 +68,16 @@ def test_a_function_whose_trace_prints_stays_and_the_build_does_not_fail(
     root = project(tmp_path / "p", {"model.ppy": PROGRAM})
     built = run_ppy("build", cwd=root, env={"PPY_CACHE_DIR": str(tmp_path / "c")})
     assert built.returncode == 0, built.stderr
-    assert "1 staged, 0 reused, 2 stay" in built.stdout
+    assert "1 staged, 0 reused, 3 stay" in built.stdout
     compared = differential(root, cache=tmp_path / "c", build=False)
     assert compared.python.stdout.count("tracing loud") == 1
     assert compared.python.stderr.count("tracing warns") == 1
+    assert "calls counted: 2" in compared.python.stdout
     assert compared.bound() == {"quiet"}
     decisions = {d.qualname: d for d in read_artifact(root / ".ppy" / "artifact.ppyz").decisions}
     assert decisions["loud"].rule == decisions["warns"].rule == "trace-side-effect"
     assert "tracing loud with" in decisions["loud"].reason
+    # The name holds counted's wrapper: staging the jit in its place would
+    # drop the count. It stays, and says which decorator is in the way.
+    assert decisions["tallied"].rule == "decorated"
+    assert "@counted wraps the jitted function" in decisions["tallied"].reason

@@ -152,7 +152,12 @@ class JaxExportPlugin:
     def check(
         self, function: FunctionInfo, module: ModuleInfo, settings: Mapping[str, Any]
     ) -> Sequence[Check]:
-        return (_static_args(function), _parameter_kind(function), _scope(function))
+        return (
+            _static_args(function),
+            _parameter_kind(function),
+            _scope(function),
+            _outermost(function),
+        )
 
     def stage(self, request: StageRequest) -> Sequence[Entry | StageFailure]:
         from ppy_plugin_jax.supervisor import export_in_worker
@@ -279,6 +284,23 @@ def _parameter_kind(function: FunctionInfo) -> Check:
         False,
         f"only named parameters can be described for export: {named}",
         "give each input a parameter of its own, described by its annotation",
+    )
+
+
+def _outermost(function: FunctionInfo) -> Check:
+    """``@jax.jit`` under another decorator: the name holds that decorator's
+    wrapper, and binding the staged function there would drop what the
+    wrapper does around each call (count it, log it, cache it)."""
+    outer = [d.name for d in function.decorators]
+    if not outer or outer[0] == "jax.jit":
+        return Check("decorated", True, "@jax.jit is the outermost decorator")
+    return Check(
+        "decorated",
+        False,
+        f"@{outer[0]} wraps the jitted function, so the name holds its wrapper, not the jit; "
+        "a staged function in its place would drop what the wrapper does on each call",
+        "put @jax.jit outermost, or decorate a staged function under another name "
+        "(counted_f = counted(f))",
     )
 
 
