@@ -132,3 +132,30 @@ def test_a_syntax_error_prints_what_python_prints(tmp_path: Path) -> None:
     root = project(tmp_path / "p", {"model.ppy": STAGED + "print('never'\n"})
     compared = differential(root, cache=tmp_path / "c")
     assert compared.python.returncode == 1 and "SyntaxError" in compared.python.stderr
+
+
+def test_weakly_typed_outputs_stay_weak(tmp_path: Path) -> None:
+    """``return x.sum(), 2.0``: jit's second output is weakly typed, so adding
+    it to a bfloat16 gives bfloat16; a returned ``3`` and ``jnp.asarray(1.5)``
+    the same. The staged outputs promote as jit's do."""
+    root = project(
+        tmp_path / "p",
+        {
+            "model.ppy": STAGED
+            + """
+@jax.jit
+def with_constants(x: Batch):
+    return x.sum(), 2.0, 3, jnp.asarray(1.5)
+
+
+x = jnp.ones((2, 4), jnp.float32)
+half = jnp.asarray(1, jnp.bfloat16)
+for out in with_constants(x):
+    print(out.dtype, out.weak_type, (out + half).dtype)
+"""
+        },
+    )
+    compared = differential(root, cache=tmp_path / "c")
+    assert compared.bound() == {"score", "with_constants"}
+    assert compared.staged_calls("with_constants") == 1
+    assert "float32 True bfloat16" in compared.python.stdout

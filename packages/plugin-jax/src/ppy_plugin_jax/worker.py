@@ -371,6 +371,7 @@ def _variant(
         ),
         export=bytes(exported.serialize()),
         stablehlo=exported.mlir_module().encode("utf-8"),
+        weak_outputs=tuple(i for i, a in enumerate(exported.out_avals) if a.weak_type),
     )
     return variant, tuple(exported.platforms)
 

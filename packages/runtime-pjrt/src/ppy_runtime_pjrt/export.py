@@ -113,7 +113,10 @@ class Staged:
             leaves, in_tree = jax.tree_util.tree_flatten(bound.traced)
             out_tree = self.out_tree(in_tree)  # the call's, as route found it
             assert not isinstance(out_tree, Fallback), out_tree
-            return jax.tree_util.tree_unflatten(out_tree, self.exported.call(*leaves))
+            outputs = list(self.exported.call(*leaves))
+            for index in self.variant.weak_outputs:  # as the trace typed them
+                outputs[index] = _weak(outputs[index])
+            return jax.tree_util.tree_unflatten(out_tree, outputs)
 
         return serve
 
@@ -148,6 +151,13 @@ class Staged:
         with contextlib.suppress(TypeError):
             self.trees[in_tree] = out
         return out
+
+
+def _weak(value: Any) -> Any:
+    """``value`` weakly typed: within the trace, a change of type and no op."""
+    from jax._src.lax.lax import _convert_element_type
+
+    return _convert_element_type(value, weak_type=True)
 
 
 class StagedFunction:

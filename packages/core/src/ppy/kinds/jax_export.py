@@ -55,6 +55,10 @@ class Variant:
     uses_shape_polymorphism: bool
     export: bytes
     stablehlo: bytes
+    #: The output leaves the trace gave a weak type (``return x, 2.0``): a
+    #: serialized export forgets it, and the runtime gives it back, so that
+    #: ``c + bfloat16`` promotes as it does after jit.
+    weak_outputs: tuple[int, ...] = ()
 
     @staticmethod
     def members(index: int) -> tuple[str, str]:
@@ -71,6 +75,7 @@ class Variant:
             "calling_convention_version": self.calling_convention_version,
             "nr_devices": self.nr_devices,
             "uses_shape_polymorphism": self.uses_shape_polymorphism,
+            "weak_outputs": list(self.weak_outputs),
         }
 
 
@@ -92,7 +97,7 @@ class JaxExport(Kind):
     #: ``jax.export.Exported.serialize()`` bytes; ``stablehlo``, the module's
     #: text, UTF-8, for people and tools (the runtime reads ``export``).
     MEMBERS: ClassVar[tuple[str, ...]] = ("export", "stablehlo")
-    CONVENTION: ClassVar[int] = 4
+    CONVENTION: ClassVar[int] = 5
     #: How the inputs are laid out: on one device, or over ``mesh``.
     IN_SHARDINGS: ClassVar[tuple[str, ...]] = ("replicated", "mesh")
     #: The most variants one entry holds (the product of its static choices).
@@ -193,7 +198,23 @@ def _variant(item: Any, index: int, static: set[str], payload: Mapping[str, byte
         uses_shape_polymorphism=fields.flag(f"{where}.uses_shape_polymorphism"),
         export=member(payload, kind, export),
         stablehlo=member(payload, kind, text),
+        weak_outputs=_indices(item["weak_outputs"], len(specs["outputs"]), where),
     )
+
+
+def _indices(value: Any, outputs: int, where: str) -> tuple[int, ...]:
+    """``weak_outputs``: distinct output positions, in order."""
+    if not (
+        isinstance(value, list)
+        and all(type(i) is int and 0 <= i < outputs for i in value)
+        and value == sorted(set(value))
+    ):
+        raise KindError(
+            JaxExport.KIND,
+            f"metadata.{where}.weak_outputs",
+            f"must be increasing output positions below {outputs}",
+        )
+    return tuple(value)
 
 
 def _captures(fields: Fields, key: str) -> tuple[Captured, ...]:
