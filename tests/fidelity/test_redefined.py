@@ -1,4 +1,4 @@
-"""A name defined twice at module level."""
+"""A name defined twice at module level: a function, or an alias its annotation reads."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ import jax
 import jax.numpy as jnp
 
 import ppy
+from jaxtyping import Array, Float16, Float32
 
 Batch = Annotated[jax.Array, ppy.Shape("B", 4), ppy.DType("float32")]
+Vec = Float32[Array, "n"]
 
 
 @jax.jit
@@ -39,6 +41,17 @@ def other(x: Batch) -> jax.Array:
 
 
 print("second", score(jnp.ones((2, 4))), other(jnp.ones((1, 4))))
+
+
+@jax.jit
+def norm(v: Vec) -> jax.Array:
+    return jnp.sqrt(jnp.sum(v * v))
+
+
+# The def above read Vec as float32; a build that read this binding would
+# export a float16 variant no call uses.
+Vec = Float16[Array, "n"]
+print("norm", norm(jnp.ones(3, jnp.float32)))
 """
 
 
@@ -49,9 +62,11 @@ def test_a_function_defined_twice_is_bound_to_neither(tmp_path: Path) -> None:
     lines = [line for line in built.stdout.splitlines() if " score " in line]
     assert len(lines) == 2 and all(" stays " in line for line in lines), built.stdout
     assert all("bound again at model.ppy:" in line for line in lines), lines
-    assert "1 staged, 0 reused, 2 stay" in built.stdout
+    assert "1 staged, 0 reused, 3 stay" in built.stdout
     entries = read_artifact(root / ".ppy" / "artifact.ppyz").entries
     assert [e.qualname for e in entries] == ["other"]
+    (norm,) = [line for line in built.stdout.splitlines() if " norm " in line]
+    assert " stays " in norm and "Vec is bound 2 times at module level" in norm, norm
 
     compared = differential(root, cache=tmp_path / "c", build=False)
     assert compared.bound() == {"other"}

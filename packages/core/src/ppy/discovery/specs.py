@@ -126,6 +126,16 @@ class Specs:
             except SyntaxError:
                 return
         if isinstance(node, ast.Name) and node.id in self.names.types and node.id not in seen:
+            lines = self.names.bindings.get(node.id, [])
+            if len(lines) > 1:
+                # Python reads the binding in force when the def runs; the
+                # source alone cannot say which one that is for every def.
+                found.problems.append(
+                    f"{node.id} is bound {len(lines)} times at module level (lines "
+                    f"{', '.join(map(str, lines))}), so the annotation's meaning depends on "
+                    "which binding is in force when the def runs; bind the alias once"
+                )
+                return
             self._read_spec(self.names.types[node.id], found, seen | {node.id})
             return
         if isinstance(node, ast.Name | ast.Attribute):
