@@ -458,3 +458,34 @@ def test_a_sharding_is_read_as_written_and_a_bad_one_is_a_problem() -> None:
     )
     assert v.spec.sharding is None and "ppy.Sharding" in v.spec.problems[0]
     assert n.spec.sharding is None and "3 is not a dim's sharding" in n.spec.problems[0]
+
+
+def test_the_work_a_module_does_when_imported_is_read_from_its_source() -> None:
+    module = discover(
+        """
+        import os, sys
+        import jax
+        from model_lib import train
+
+        jax.config.update("jax_enable_x64", True)
+        os.environ.setdefault("XLA_FLAGS", "")
+        sys.path.insert(0, ".")
+        print("loading")
+        model = train()
+        for step in range(3):
+            pass
+        if sys.argv[1:]:
+            os.remove(sys.argv[1])
+        with open("log.txt", "a") as log:
+            log.write("ran")
+        if __name__ == "__main__":
+            train()
+        """
+    )
+    assert module.work == (
+        "line 11: for step in range(3):",
+        "line 14: os.remove(sys.argv[1])",
+        "line 15: with open('log.txt', 'a') as log:",
+    )
+    quiet = discover("import jax\nW = jax.numpy.ones(3)\nif __name__ == '__main__':\n    main()\n")
+    assert quiet.work == ()

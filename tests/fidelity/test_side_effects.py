@@ -81,3 +81,44 @@ def test_a_function_whose_trace_prints_stays_and_the_build_does_not_fail(
     # drop the count. It stays, and says which decorator is in the way.
     assert decisions["tallied"].rule == "decorated"
     assert "@counted wraps the jitted function" in decisions["tallied"].reason
+
+
+WORKS_AT_IMPORT = """\
+import os
+from typing import Annotated
+
+import jax
+import jax.numpy as jnp
+
+import ppy
+
+
+@jax.jit
+def double(x: Annotated[jax.Array, ppy.Shape("B"), ppy.DType("float32")]) -> jax.Array:
+    return x * 2
+
+
+with open("log.txt", "a") as log:
+    log.write("ran\\n")
+if os.path.exists("inbox.txt"):
+    os.rename("inbox.txt", "processed.txt")
+print(double(jnp.arange(3, dtype=jnp.float32)))
+"""
+
+
+def test_ppy_run_does_not_build_a_module_that_works_when_imported(tmp_path: Path) -> None:
+    """A build imports the module, which would append to the log and move the
+    inbox a second time: ``ppy run`` does not start one, and says why."""
+    root = project(tmp_path / "p", {"model.ppy": WORKS_AT_IMPORT})
+    env = {"PPY_CACHE_DIR": str(tmp_path / "c")}
+    (root / "inbox.txt").write_text("mail\n")
+    ran = run_ppy("run", "model.ppy", cwd=root, env=env)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == "[0. 2. 4.]\n"
+    assert (root / "log.txt").read_text() == "ran\n"
+    assert (root / "processed.txt").read_text() == "mail\n"
+    assert "run.build_skipped" in ran.stderr and "line 15: with open" in ran.stderr
+    assert not (root / ".ppy" / "artifact.ppyz").exists()
+    # Asked for, the build runs it (the opt-ins say project code runs then).
+    built = run_ppy("build", cwd=root, env=env)
+    assert " exported " in built.stdout, built.stdout + built.stderr

@@ -27,6 +27,7 @@ from ppy.discovery.differentiation import differentiated
 from ppy.discovery.imports import Names, imported_modules
 from ppy.discovery.records import ModuleInfo
 from ppy.discovery.specs import Specs
+from ppy.discovery.work import work
 from ppy.layout import module_name
 
 __all__ = ["discover_module", "discover_source"]
@@ -70,4 +71,5 @@ def _discover(source: str, *, module: str, path: str, sha256: str) -> ModuleInfo
         aliases=names.imports,
         imports=imported_modules(tree, module),
         classes=definitions.classes(),
+        work=work(tree, names),
     )

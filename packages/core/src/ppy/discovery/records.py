@@ -179,3 +179,6 @@ class ModuleInfo:
     imports: frozenset[str] = frozenset()
     #: Module-level classes by name, with their annotated fields.
     classes: dict[str, ClassInfo] = field(default_factory=dict, compare=False, hash=False)
+    #: The work the module does when imported (``ppy.discovery.work``), as
+    #: ``line N: source``; empty for a module that only defines.
+    work: tuple[str, ...] = ()

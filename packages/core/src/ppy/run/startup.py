@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from ppy.artifact.model import Artifact
+    from ppy.build.pipeline import Project
     from ppy.config import Config
     from ppy.runtime import Runtime
 
@@ -126,6 +127,25 @@ def _read(config: Config) -> Artifact | None:
         return None
 
 
+def _imports_work(project: Project) -> tuple[str, str] | None:
+    """A module the build would import to stage a function whose import runs
+    the program's work (``ppy.discovery.work``), and that work; or None."""
+    from ppy.decision import Outcome
+    from ppy.discovery.work import importing_work
+
+    working = importing_work(project.modules)
+    for decision in project.decisions:
+        plugin = project.plugins.by_name.get(decision.plugin or "")
+        if (
+            decision.outcome is Outcome.ALLOWED
+            and plugin is not None
+            and plugin.requirements.build_execution
+            and decision.module in working
+        ):
+            return working[decision.module]
+    return None
+
+
 def _rebuilt(config: Config, stale: str, artifact: Artifact | None) -> Artifact | None:
     """The rebuilt artifact; or, where no plugin is installed, the one there was.
 
@@ -146,8 +166,19 @@ def _rebuilt(config: Config, stale: str, artifact: Artifact | None) -> Artifact 
             "they are, or install them",
         )
         return artifact
-    log.info("run.build", reason=stale)
     project = load_project(config, plugins)
+    working = _imports_work(project)
+    if working is not None:
+        module, line = working
+        log.warning(
+            "run.build_skipped",
+            reason=f"{stale}; {module} does the program's work when imported ({line}), and "
+            "building imports it, so a build started here would run that work a second time",
+            remedy='run `ppy build` yourself, or move the work into main() under '
+            'if __name__ == "__main__":',
+        )
+        return artifact
+    log.info("run.build", reason=stale)
     with build_lock(config.artifact):  # writes take turns with a `ppy build`
         result = build_project(project, artifact)
     for decision in result.failed:
