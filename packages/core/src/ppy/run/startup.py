@@ -174,7 +174,7 @@ def _rebuilt(config: Config, stale: str, artifact: Artifact | None) -> Artifact 
             "run.build_skipped",
             reason=f"{stale}; {module} does the program's work when imported ({line}), and "
             "building imports it, so a build started here would run that work a second time",
-            remedy='run `ppy build` yourself, or move the work into main() under '
+            remedy="run `ppy build` yourself, or move the work into main() under "
             'if __name__ == "__main__":',
         )
         return artifact
