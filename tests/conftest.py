@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +58,16 @@ def stop_servers(cache: Path) -> None:
 
     for place in places(cache / "warm"):
         ask(place, "stop")
+
+
+@pytest.fixture(autouse=True)
+def _stop_served() -> Iterator[None]:
+    """Stop the warm servers a test's differential runs started, once it ends."""
+    yield
+    from tests.fidelity.support import SERVED
+
+    while SERVED:
+        stop_servers(SERVED.pop())
 
 
 PERMISSIONS = """\

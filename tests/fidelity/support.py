@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.conftest import PERMISSIONS, run_ppy, stop_servers, write_project
+from tests.conftest import PERMISSIONS, run_ppy, write_project
 
 __all__ = ["Compared", "differential", "project"]
 
@@ -68,6 +68,10 @@ def _split(stderr: str) -> tuple[list[dict[str, object]], str]:
     return events, "".join(rest)
 
 
+#: The caches of the warm servers this test's differential runs started.
+SERVED: set[Path] = set()
+
+
 def _bytecode(root: Path) -> list[Path]:
     """The bytecode caches under ``root``, ppy's own folder left out."""
     return sorted(p for p in root.rglob("__pycache__") if ".ppy" not in p.parts)
@@ -87,7 +91,8 @@ def differential(
 
     ``build`` runs ``ppy build`` first (a failed build is the test's to
     read from the events). The verbose run is cold; the quiet one is warm
-    (``ppy run --warm``, from a server started for it and stopped after).
+    (``ppy run --warm``, from a server the test's first such run started,
+    and its end stops).
     ``quiet_stderr`` is what the quiet run may print besides python's stderr
     (None: not checked).
     """
@@ -113,10 +118,10 @@ def differential(
     assert rest == plain.stderr, (rest, plain.stderr)
     # The quiet run is a warm one: what a quiet ppy run prints is checked on
     # the path that adds the most (a server, a fork, the client's stdio handed over).
-    try:
-        quiet = run_ppy("run", "--warm", program, *argv, cwd=root, env=environ)
-    finally:
-        stop_servers(cache)
+    # The server stays up for the test's next differential run, which forks
+    # from it too; the test's end stops it (tests/conftest.py).
+    SERVED.add(cache)
+    quiet = run_ppy("run", "--warm", program, *argv, cwd=root, env=environ)
     assert (quiet.stdout, quiet.returncode) == (plain.stdout, plain.returncode), quiet.stderr
     if quiet_stderr is not None:
         assert quiet.stderr == plain.stderr + quiet_stderr, quiet.stderr

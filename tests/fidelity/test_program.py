@@ -36,7 +36,13 @@ def test_argv0_is_the_path_as_typed(tmp_path: Path) -> None:
     )
     for typed in ("model.ppy", "./model.ppy"):
         compared = differential(
-            root, "a", "--b", cache=tmp_path / "c", program=typed, python_argv=(typed,)
+            root,
+            "a",
+            "--b",
+            cache=tmp_path / "c",
+            program=typed,
+            python_argv=(typed,),
+            build=typed == "model.ppy",
         )
         assert compared.bound() == {"score"}
 
