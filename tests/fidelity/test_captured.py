@@ -257,9 +257,9 @@ main()
 """
         },
     )
+    # Unpatched, every example's run takes the staged path with no fallback
+    # (tests/integration/test_examples.py): library captures match there.
     assert " exported " in _build(root, tmp_path / "c")
-    plain = differential(root, cache=tmp_path / "c", build=False)
-    assert plain.staged_calls("squash") == 1 and not plain.fallbacks()
     for patched, name in (("tanh", "jnp.tanh"), ("relu", "jax.nn.relu")):
         changed = differential(root, patched, cache=tmp_path / "c", build=False)
         (fallback,) = changed.fallbacks()
