@@ -35,7 +35,7 @@ import hashlib
 import os
 import sys
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 __all__ = [
@@ -296,39 +296,39 @@ def traced_function(value: Any) -> types.FunctionType | None:
     through jax's own transforms (``jax.vmap(g)``, ``jax.grad(g)``), which wrap
     ``g`` with ``functools.wraps``. A wrapper of the program's own is kept:
     its code is part of what is traced."""
-    from ppy.runtime import ORIGINAL
-
-    for _ in range(16):
-        value = getattr(value, ORIGINAL, value)  # a function ``ppy run`` bound
-        if isinstance(value, functools.partial):
-            value = value.func
-            continue
-        if isinstance(value, types.FunctionType) and not _jax_wrapper(value):
-            return value
-        value = getattr(value, "__wrapped__", None)
-        if value is None:
-            return None
+    *_, last = _layers(value)
+    if isinstance(last, types.FunctionType) and not _jax_wrapper(last):
+        return last
     return None
 
 
 def bound_values(value: Any) -> tuple[Any, ...]:
     """What the partials between a jitted callable and its function bind:
     their positional arguments, then their keywords' values by name."""
+    found: list[Any] = []
+    for layer in _layers(value):
+        if isinstance(layer, functools.partial):
+            found += [*layer.args, *(layer.keywords[k] for k in sorted(layer.keywords))]
+    return tuple(found)
+
+
+def _layers(value: Any) -> Iterator[Any]:
+    """Each callable from a jitted one in to the function it traces: through
+    what ``ppy run`` bound, partials and ``__wrapped__``, to the first
+    function that is not jax's own wrapper (the last one yielded)."""
     from ppy.runtime import ORIGINAL
 
-    found: list[Any] = []
     for _ in range(16):
         value = getattr(value, ORIGINAL, value)
+        yield value
         if isinstance(value, functools.partial):
-            found += [*value.args, *(value.keywords[k] for k in sorted(value.keywords))]
             value = value.func
         elif isinstance(value, types.FunctionType) and not _jax_wrapper(value):
-            break
+            return
         else:
             value = getattr(value, "__wrapped__", None)
             if value is None:
-                break
-    return tuple(found)
+                return
 
 
 def _jax_wrapper(fn: types.FunctionType) -> bool:

@@ -17,7 +17,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -180,13 +180,17 @@ def _nest_columns(
 
 def _skeleton(node: Any, leaves: list[Mapping[str, Any]]) -> Any:
     """The structure with each leaf replaced by its kind, dtype and rank."""
+    return _each_item(node, lambda item: _skeleton_item(item, leaves))
+
+
+def _each_item(node: Mapping[str, Any], change: Callable[[Any], Any]) -> dict[str, Any]:
+    """``node`` with ``change`` applied to each of its items, in order."""
     ((kind, items),) = node.items()
     if kind == "dict":
-        return {"dict": {key: _skeleton_item(item, leaves) for key, item in items.items()}}
+        return {"dict": {key: change(item) for key, item in items.items()}}
     if kind == "node":
-        children = [_skeleton_item(item, leaves) for item in items["children"]]
-        return {"node": {**items, "children": children}}
-    return {kind: [_skeleton_item(item, leaves) for item in items]}
+        return {"node": {**items, "children": [change(item) for item in items["children"]]}}
+    return {kind: [change(item) for item in items]}
 
 
 def _skeleton_item(item: Mapping[str, Any], leaves: list[Mapping[str, Any]]) -> Any:
@@ -201,13 +205,7 @@ def _skeleton_item(item: Mapping[str, Any], leaves: list[Mapping[str, Any]]) -> 
 
 def _fill(node: Mapping[str, Any], described: Iterator[Described]) -> dict[str, Any]:
     """``node`` with each array leaf described (``{"dims": ..., "dtype": ...}``)."""
-    ((kind, items),) = node.items()
-    if kind == "dict":
-        return {"dict": {key: _fill_item(item, described) for key, item in items.items()}}
-    if kind == "node":
-        children = [_fill_item(item, described) for item in items["children"]]
-        return {"node": {**items, "children": children}}
-    return {kind: [_fill_item(item, described) for item in items]}
+    return _each_item(node, lambda item: _fill_item(item, described))
 
 
 def _fill_item(item: Mapping[str, Any], described: Iterator[Described]) -> dict[str, Any]:
