@@ -264,3 +264,42 @@ main()
         changed = differential(root, patched, cache=tmp_path / "c", build=False)
         (fallback,) = changed.fallbacks()
         assert fallback["category"] == "captured" and name in str(fallback["reason"])
+
+
+def test_a_global_changed_between_calls_jit_serves_from_one_trace(tmp_path: Path) -> None:
+    """jit traces once per abstract signature: a NumPy input after a jax one
+    reuses the first trace, so a global changed between them is not read
+    again. The staged path answers the same, and a shape jit would trace
+    afresh, or a cleared cache, reads the new value on both sides."""
+    root = project(
+        tmp_path / "p",
+        {
+            "model.ppy": HEAD
+            + """
+import numpy as np
+
+ARR = np.array([1.0, 2.0, 3.0, 4.0], dtype=np.float32)
+
+@jax.jit
+def shift(x: Batch) -> jax.Array:
+    return x + ARR
+
+if __name__ == "__main__":
+    print(shift(jnp.ones((2, 4), jnp.float32)))
+    ARR[0] = 100.0
+    print(shift(np.ones((2, 4), np.float32)))
+    print(shift(jnp.ones((2, 4), jnp.float32)))
+    print(shift(np.ones((3, 4), np.float32)))
+    ARR[1] = 200.0
+    shift.clear_cache()  # jit traces again, and reads ARR again
+    print(shift(jnp.ones((2, 4), jnp.float32)))
+    ARR[2] = 300.0
+    jax.clear_caches()
+    print(shift(jnp.ones((2, 4), jnp.float32)))
+"""
+        },
+    )
+    compared = differential(root, cache=tmp_path / "c")
+    assert compared.staged_calls("shift") == 3
+    (fallback,) = compared.fallbacks()
+    assert fallback["category"] == "captured" and "model.ARR" in str(fallback["reason"])

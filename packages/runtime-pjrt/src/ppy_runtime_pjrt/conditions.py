@@ -6,11 +6,15 @@ under (``JaxExport.trace_config``). In the running program either may
 differ: a file loaded at import changed, ``main()`` set a flag, the program
 turned on ``jax_enable_x64`` or entered ``jax.disable_jit()``.
 
-Both are checked when jax would read them: when a call reaches the
-staged function's miss, which jax's dispatcher sends it to whenever its
-signature or jax's trace context (a tuple jax builds in C++ from every option
-that changes a trace) is one it has not served. The values are fingerprinted
-again there; the options are compared one by one, once per trace context.
+Both are checked when jax would read them. The options are compared one by
+one, once per trace context (a tuple jax builds in C++ from every option
+that changes a trace). The values are fingerprinted again where jit would
+trace: once per abstract signature and trace context, which is the key of
+jit's own trace cache. A NumPy input after a ``jax.Array`` of the same shape
+is a miss for the dispatcher but not a new trace for jit, so a global changed
+between the two calls is not read again, by jit or here; and the verdict
+stays, as jit's trace does, until ``jax.clear_caches()`` or the function's
+``clear_cache()``.
 ``jax_debug_nans`` and ``jax_debug_infs`` are not in the trace context:
 under them a miss goes to the original, and a call the dispatcher serves is
 checked as jit checks its own, by jax's output hook.
@@ -19,7 +23,7 @@ checked as jit checks its own, by jax's output hook.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from ppy.kinds.fingerprint import Unreadable, fingerprint, resolve
@@ -57,6 +61,7 @@ class Conditions:
         #: Truthy while jax_debug_nans or jax_debug_infs is on.
         self.debug = _debug_state(config)
         self._verdicts: dict[Any, Fallback | None] = {}
+        self.traces = _Traces()
 
     def configuration(self) -> Fallback | None:
         """Why the configuration now is not the trace's, or None."""
@@ -76,8 +81,22 @@ class Conditions:
                 self._verdicts[context] = verdict
         return verdict
 
-    def captured(self) -> Fallback | None:
-        """Why a value the trace read is not what the build saw, or None."""
+    def captured(self, signature: Hashable) -> Fallback | None:
+        """Why a value the trace read is not what the build saw, or None,
+        decided where jit would trace: once per abstract ``signature`` (the
+        call's statics, structure and leaf avals) and trace context."""
+        if not self.captures:
+            return None
+        key = (self.context(), signature)
+        try:
+            verdict = self.traces.verdicts.get(key, ...)
+        except TypeError:  # a key jax cannot hash: compared every time
+            return self._compare()
+        if verdict is ...:
+            verdict = self.traces.verdicts[key] = self._compare()
+        return verdict
+
+    def _compare(self) -> Fallback | None:
         for capture in self.captures:
             try:
                 value = resolve(self.original, capture.path)
@@ -93,6 +112,28 @@ class Conditions:
                     "since the build, or the program set it)",
                 )
         return None
+
+
+class _Traces:
+    """The captured verdicts of one function, by trace key, cleared with jit's traces.
+
+    Registered with jax's cache registry, so ``jax.clear_caches()``, after
+    which jit traces again, has the globals compared again too.
+    """
+
+    __slots__ = ("__weakref__", "verdicts")
+
+    def __init__(self) -> None:
+        self.verdicts: dict[Any, Fallback | None] = {}
+        from jax._src import util
+
+        util.register_cache(self, "ppy: captured values by trace key")
+
+    def cache_clear(self) -> None:
+        self.verdicts.clear()
+
+    def cache_info(self) -> str:
+        return f"{len(self.verdicts)} trace keys"
 
 
 class _EitherDebug:

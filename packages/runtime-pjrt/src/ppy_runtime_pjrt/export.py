@@ -198,6 +198,8 @@ class StagedFunction:
         self.executables: dict[tuple[Any, ...], Callable[..., Any]] = {}
         self.seen: set[str] = set()
         self.stats = CallStats()
+        #: The function bound in the original's place (``callable``).
+        self._dispatcher: Callable[..., Any] | None = None
 
     def __repr__(self) -> str:
         return f"<staged {self.module}.{self.qualname} of {self.original!r}>"
@@ -223,6 +225,8 @@ class StagedFunction:
             def bound(*args: Any, **kwargs: Any) -> Any:
                 return self.slow(args, kwargs)
 
+        self._dispatcher = bound
+
         if _verbose():
             bound = _logged(bound, self)
         functools.update_wrapper(bound, self.original)
@@ -233,10 +237,20 @@ class StagedFunction:
             value = getattr(self.original, name, None)
             if value is not None:
                 setattr(bound, name, value)
+        if callable(getattr(self.original, "clear_cache", None)):
+            bound.clear_cache = self.clear_cache  # type: ignore[attr-defined]
         bound.ppy_stats = self.stats  # type: ignore[attr-defined]
         bound.ppy_staged = self  # type: ignore[attr-defined]
         setattr(bound, ORIGINAL, self.original)
         return bound
+
+    def clear_cache(self) -> None:
+        """As jit's: its traces are dropped, so the globals are compared again."""
+        self.original.clear_cache()  # type: ignore[attr-defined]  # checked where bound
+        clear = getattr(self._dispatcher, "_clear_cache", None)
+        if clear is not None:
+            clear()
+        self.conditions.traces.cache_clear()
 
     def route(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Route | Fallback:
         """What serves this call: a staged executable, or why the original does."""
@@ -273,9 +287,11 @@ class StagedFunction:
             if isinstance(checked_placement, Fallback):
                 return checked_placement
             placed = checked_placement
-        # Where jit would trace (a new signature or configuration), and read
-        # the globals again.
-        captured = self.conditions.captured()
+        # Where jit would trace (a new abstract signature or configuration),
+        # and read the globals again: a key as fine as jit's trace cache's,
+        # which keeps keyword names in the order given.
+        traced = (bound.static, jax.tree_util.tree_structure((args, kwargs)), tuple(kwargs))
+        captured = self.conditions.captured((traced, checked))
         if captured is not None:
             return captured
         call = self._executable(staged, bound, out_tree, checked, placed, (args, kwargs))
@@ -388,7 +404,8 @@ def _shape_of(leaf: Any, *, mesh: Any = None) -> Any:
 
 #: What a jitted function offers besides being called; the bound function
 #: forwards them so that ``score.lower(x)`` keeps working under ``ppy run``.
-_FORWARDED = ("lower", "trace", "eval_shape", "clear_cache")
+#: (``clear_cache`` is ``StagedFunction.clear_cache``: it clears ppy's too.)
+_FORWARDED = ("lower", "trace", "eval_shape")
 
 
 def _logged(fast: Callable[..., Any], staged: StagedFunction) -> Callable[..., Any]:
