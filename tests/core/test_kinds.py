@@ -39,6 +39,7 @@ SCALAR = XlaScalar(
     result_type="float",
     plugin_version="0.1.0",
     stablehlo=b"module @m {}\n",
+    reads={"STEP": "int:3", "abs": "builtin:abs"},
 )
 
 
@@ -122,11 +123,12 @@ def test_both_kinds_come_back_from_a_real_artifact_as_they_went_in(tmp_path: Pat
 
 def test_the_manifest_fields_are_the_documented_ones() -> None:
     assert SCALAR.to_metadata() == {
-        "calling_convention": 2,
+        "calling_convention": 3,
         "outputs": XlaScalar.OUTPUTS,
         "param_names": ["x", "n", "flag"],
         "param_types": ["float", "int", "bool"],
         "plugin_version": "0.1.0",
+        "reads": {"STEP": "int:3", "abs": "builtin:abs"},
         "result_type": "float",
     }
     assert set(EXPORT.to_metadata()) == {
@@ -169,7 +171,9 @@ def _broken(
         ({"param_types": ["float", "complex", "bool"]}, "metadata.param_types", "float, int, bool"),
         ({"param_types": ["float"]}, "metadata.param_types", "1 types for 3 parameters"),
         ({"result_type": "str"}, "metadata.result_type", "'str'"),
-        ({"calling_convention": 1}, "metadata.calling_convention", "reads calling convention 2"),
+        ({"calling_convention": 2}, "metadata.calling_convention", "reads calling convention 3"),
+        ({"drop": "reads"}, "metadata.reads", "is missing"),
+        ({"reads": {"STEP": "eval:3"}}, "metadata.reads", "one of bool, builtin"),
         ({"drop": "calling_convention"}, "metadata.calling_convention", "is missing"),
         ({"plugin_version": 3}, "metadata.plugin_version", "a string"),
     ],

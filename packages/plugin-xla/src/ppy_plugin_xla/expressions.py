@@ -18,16 +18,17 @@ from __future__ import annotations
 
 import ast
 import math
+import struct
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NoReturn
 
 from ppy_plugin_xla.errors import describe, type_error, unsupported
 from ppy_plugin_xla.hlo import Builder, Value
 from ppy_plugin_xla.numeric import I64_MAX, I64_MIN, MIN_NORMAL, Numeric
-from ppy_plugin_xla.scope import ModuleScope
+from ppy_plugin_xla.scope import ModuleScope, value_of
 
 __all__ = [
     "MATH_CONSTANTS",
@@ -111,6 +112,16 @@ class Shared:
     scope: ModuleScope
     stack: list[str]
     discovery: bool = False
+    #: The module-level names the bodies read when they run, as
+    #: ``metadata.reads`` writes them (``ppy.kinds.xla_scalar.READ_KINDS``).
+    reads: dict[str, str] = field(default_factory=dict)
+    #: How deep the lowering is in a constant's own expression, which the
+    #: module computes once, at import: what it reads is not read by a call.
+    in_constant: int = 0
+
+    def read(self, name: str, what: str) -> None:
+        if not self.in_constant:
+            self.reads[name] = what
 
 
 class Expressions(ABC):
@@ -174,6 +185,7 @@ class Expressions(ABC):
         if name in scope.constants:
             return self.constant(name, node)
         if name in scope.math and scope.math[name] in MATH_CONSTANTS:
+            self.s.read(name, "math:" + scope.math[name])
             return self.num.f(MATH_CONSTANTS[scope.math[name]])
         raise unsupported(
             node,
@@ -184,13 +196,24 @@ class Expressions(ABC):
     def constant(self, name: str, node: ast.AST) -> Value:
         if name in self.s.stack:
             raise unsupported(node, f"the constant {name} refers to itself")
+        if not self.s.in_constant:
+            value = value_of(self.s.scope, name)
+            if value is None:
+                raise unsupported(
+                    node,
+                    f"the constant {name}, whose value the build does not compute",
+                    "pass it as a parameter",
+                )
+            self.s.read(name, _written(value))
         self.s.stack.append(name)
+        self.s.in_constant += 1
         saved = self.locals
         self.locals = set()
         try:
             return self.expr(self.s.scope.constants[name])
         finally:
             self.locals = saved
+            self.s.in_constant -= 1
             self.s.stack.pop()
 
     def visit_Constant(self, node: ast.Constant) -> Value:
@@ -217,6 +240,7 @@ class Expressions(ABC):
             and self.s.scope.math.get(module.id) == ""
             and module.id not in self.locals
         ):
+            self.s.read(module.id, "module:math")
             if node.attr in MATH_CONSTANTS:
                 return self.num.f(MATH_CONSTANTS[node.attr])
             raise unsupported(node, f"math.{node.attr} used as a value")
@@ -343,10 +367,13 @@ class Expressions(ABC):
         scope = self.s.scope
         if isinstance(func, ast.Name) and func.id not in self.locals:
             if func.id in scope.functions:
+                self.s.read(func.id, "function:" + func.id)
                 return self.inline(scope.functions[func.id], node)
             if func.id in scope.builtins:
+                self.s.read(func.id, "builtin:" + func.id)
                 return self.builtin(func.id, node)
             if scope.math.get(func.id):
+                self.s.read(func.id, "math:" + scope.math[func.id])
                 return self.math(scope.math[func.id], node)
         if (
             isinstance(func, ast.Attribute)
@@ -354,6 +381,7 @@ class Expressions(ABC):
             and scope.math.get(func.value.id) == ""
             and func.value.id not in self.locals
         ):
+            self.s.read(func.value.id, "module:math")
             return self.math(func.attr, node)
         raise unsupported(node, f"the call {ast.unparse(node)}")
 
@@ -484,3 +512,12 @@ class Expressions(ABC):
     @abstractmethod
     def inline(self, callee: ast.FunctionDef, node: ast.Call) -> Value:
         """A call of the compiled function ``callee``: its body lowered in place."""
+
+
+def _written(value: int | float) -> str:
+    """A constant's value as ``metadata.reads`` writes it: exact, a float by its bits."""
+    if isinstance(value, bool):
+        return f"bool:{value}"
+    if isinstance(value, int):
+        return f"int:{value}"
+    return "float:" + struct.pack(">d", value).hex()

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ppy_plugin_xla.errors import describe, type_error, unsupported
 from ppy_plugin_xla.expressions import MATH_CONSTANTS, MATH_FUNCTIONS, Expressions, Shared, Unknown
@@ -46,6 +46,8 @@ class CompiledFunction:
     result_type: str
     #: The StableHLO module: @main(params...) -> (result, fallback flag).
     text: str
+    #: The module-level names the body reads when it runs (``Shared.reads``).
+    reads: dict[str, str] = field(default_factory=dict)
 
 
 def _annotation(node: ast.expr | None, where: ast.AST, what: str) -> str:
@@ -275,6 +277,7 @@ class _Function(Expressions):
             and call.func.id not in self.locals
         ):
             raise unsupported(stmt, f"a for loop over {ast.unparse(call)} (only range() is)")
+        self.s.read("range", "builtin:range")
         if not isinstance(stmt.target, ast.Name):
             raise unsupported(stmt, "a for loop target other than a name")
         if call.keywords or not 1 <= len(call.args) <= 3:
@@ -541,4 +544,5 @@ def compile_function(scope: ModuleScope, name: str) -> CompiledFunction:
         tuple(t for _, t in params),
         body.ret_type,
         text,
+        dict(sorted(shared.reads.items())),
     )

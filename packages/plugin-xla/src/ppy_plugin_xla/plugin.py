@@ -189,6 +189,7 @@ def entry_for(module: str, compiled: CompiledFunction) -> Entry:
         result_type=compiled.result_type,
         plugin_version=__version__,
         stablehlo=compiled.text.encode(),
+        reads=compiled.reads,
     )
     inputs = tuple(
         TensorSpec((), SCALAR_DTYPES[t], name)

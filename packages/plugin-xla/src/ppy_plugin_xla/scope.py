@@ -6,15 +6,22 @@ or another ``@xla.jit`` function of the module. A module-level name counts as
 a constant only when the module binds it exactly once, at top level, to an
 expression made of literals and other constants, and no function declares it
 ``global``: anything that could rebind it at run time would make the staged
-value wrong, so such a name leaves the function to Python.
+value wrong, so such a name leaves the function to Python. A program can still rebind one
+from outside (``steps.STEP = 10``, ``globals()["K"] = ...``), so what a body
+reads is written into its entry with the value it was compiled with
+(``value_of``), and the runtime compares it.
 """
 
 from __future__ import annotations
 
 import ast
+import math
+import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["BUILTINS", "ModuleScope", "read_scope"]
+__all__ = ["BUILTINS", "ModuleScope", "read_scope", "value_of"]
 
 BUILTINS = frozenset({"abs", "min", "max", "float", "int", "bool", "range"})
 
@@ -123,3 +130,75 @@ def read_scope(source: str, jit_names: set[str]) -> ModuleScope:
     }
     builtins = frozenset(n for n in BUILTINS if n not in counts and n not in declared_global)
     return ModuleScope(tree, functions, constants, math, builtins)
+
+
+_BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+    ast.LShift: operator.lshift,
+    ast.RShift: operator.rshift,
+    ast.BitOr: operator.or_,
+    ast.BitXor: operator.xor,
+    ast.BitAnd: operator.and_,
+}
+_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+    ast.Invert: operator.invert,
+}
+#: The most bits an int computed for a constant may have: a value beyond it
+#: is not computed (``2 ** 10**9`` would take the build with it).
+_BITS = 4096
+
+
+def value_of(scope: ModuleScope, name: str) -> int | float | None:
+    """The value the module binds to the constant ``name`` when it runs, or
+    None where it is not one Python computes within bounds.
+
+    Computed with Python's own operators on the literals, so it is the value
+    the module's own statement gives: the value the compiled body folded in.
+    """
+    try:
+        value = _evaluate(scope, scope.constants[name], {name})
+    except (ArithmeticError, ValueError, TypeError, LookupError, AttributeError, _TooLarge):
+        return None
+    return value if isinstance(value, int | float) else None
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _evaluate(scope: ModuleScope, node: ast.expr, seen: set[str]) -> Any:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id in scope.constants and node.id not in seen:
+            return _evaluate(scope, scope.constants[node.id], seen | {node.id})
+        return getattr(math, scope.math[node.id])
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        if scope.math.get(node.value.id) != "":
+            raise LookupError(node.value.id)
+        return getattr(math, node.attr)
+    if isinstance(node, ast.UnaryOp):
+        return _UNARY[type(node.op)](_evaluate(scope, node.operand, seen))
+    if isinstance(node, ast.BinOp):
+        left = _evaluate(scope, node.left, seen)
+        right = _evaluate(scope, node.right, seen)
+        if isinstance(node.op, ast.Pow | ast.LShift) and _too_large(node.op, left, right):
+            raise _TooLarge
+        return _BINARY[type(node.op)](left, right)
+    raise LookupError(ast.dump(node))
+
+
+def _too_large(op: ast.operator, left: Any, right: Any) -> bool:
+    if not (isinstance(left, int) and isinstance(right, int)) or right <= 0:
+        return False
+    if isinstance(op, ast.LShift):
+        return right > _BITS
+    return abs(left) > 1 and right * abs(left).bit_length() > _BITS

@@ -4,8 +4,9 @@ The staged call takes Python scalars in and gives a Python scalar out. It is
 used only for arguments of exactly the annotated types (``float``, ``int``
 within int64, ``bool``; a float argument that is subnormal is excluded, since
 XLA's CPU runtime flushes those to zero) and only when the module's fallback
-flag stays clear; every other call runs the original Python body, so the
-caller sees what CPython computes, exceptions included. The module is
+flag stays clear, and only while every module-level name the body reads is
+what the build compiled (``reads``); every other call runs the original
+Python body, so the caller sees what CPython computes, exceptions included. The module is
 compiled on the first call, once per process, or loaded from the executable
 cache.
 """
@@ -20,6 +21,8 @@ from ppy.artifact.entry import Entry
 from ppy.kinds.base import KindError
 from ppy.kinds.xla_scalar import INT64_MAX, INT64_MIN, MIN_NORMAL_FLOAT64, XlaScalar
 from ppy.runtime import NotBound, Runtime
+
+from ppy_runtime_pjrt.reads import Reads
 
 __all__ = ["LoggedScalar", "ScalarRuntime", "StagedScalar"]
 
@@ -55,6 +58,13 @@ class StagedScalar:
         self._types = tuple(_TYPES[kind] for kind in self.param_types)
         self._ints = tuple(i for i, kind in enumerate(self.param_types) if kind == "int")
         self._floats = tuple(i for i, kind in enumerate(self.param_types) if kind == "float")
+        #: What the body reads from its module; None where it reads nothing.
+        self._reads: Reads | None = None
+        if contract.reads:
+            namespace = getattr(original, "__globals__", None)
+            if not isinstance(namespace, dict):
+                raise NotBound("its module's names cannot be compared: not a Python function")
+            self._reads = Reads(contract.reads, namespace, entry.module)
         self._broken: str | None = None
         self._reasons: set[str] = set()
         self.fallbacks = 0
@@ -123,7 +133,8 @@ class StagedScalar:
         # The fast path: a loaded executable and arguments it takes. Anything
         # else, the first call included, goes through _slow, which says why.
         call = self._call
-        if call is None or kwargs or not self._fits(args):
+        reads = self._reads
+        if call is None or kwargs or not self._fits(args) or (reads and not reads.same()):
             return self._slow(args, kwargs)
         result, flag = call(args)
         if flag:
@@ -137,6 +148,9 @@ class StagedScalar:
         reason = self._guard(args)
         if reason is not None:
             return self._fallback(reason, *args)
+        changed = self._reads.changed() if self._reads is not None else None
+        if changed is not None:
+            return self._fallback(("captured", changed), *args)
         executable = self._load()
         if executable is None:
             return self._fallback(("compile", self._broken or "not compiled"), *args)

@@ -7,12 +7,19 @@ other. docs/kinds.md documents the fields, the member and the convention.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
 from ppy.kinds.base import Fields, Kind, KindError, member
 
-__all__ = ["INT64_MAX", "INT64_MIN", "MIN_NORMAL_FLOAT64", "SCALAR_DTYPES", "XlaScalar"]
+__all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
+    "MIN_NORMAL_FLOAT64",
+    "READ_KINDS",
+    "SCALAR_DTYPES",
+    "XlaScalar",
+]
 
 #: The Python scalar types an ``xla.scalar`` function takes and returns, and
 #: the dtype each is staged as.
@@ -24,6 +31,13 @@ INT64_MAX: Final = 2**63 - 1
 #: so a subnormal argument goes to the body and a subnormal result raises the
 #: fallback flag.
 MIN_NORMAL_FLOAT64: Final = 2.2250738585072014e-308
+#: What a compiled body may read from its module when it runs, as
+#: ``metadata.reads`` writes it (``kind:what``): a constant's value (``int:3``,
+#: ``bool:True``, ``float:`` and its IEEE bits in hex), a compiled function
+#: inlined (``function:h``), a builtin the module does not bind
+#: (``builtin:abs``), ``math`` itself (``module:math``), or a name imported
+#: from it (``math:sqrt``).
+READ_KINDS: Final = frozenset({"int", "float", "bool", "function", "builtin", "module", "math"})
 
 
 @dataclass(frozen=True)
@@ -36,12 +50,16 @@ class XlaScalar(Kind):
     ``tensor<2xi64>``: the result's word, then the flag (0 or 1). When the
     flag is set the Python body is called instead. One input and one output
     make a call one transfer each way.
+
+    ``reads`` are the module-level names the body reads when it runs, which
+    the module folded in; the runtime compares them before a staged call,
+    since a program can rebind any of them (``steps.STEP = 10``).
     """
 
     KIND: ClassVar[str] = "xla.scalar"
     #: ``stablehlo``: the module's text, UTF-8.
     MEMBERS: ClassVar[tuple[str, ...]] = ("stablehlo",)
-    CONVENTION: ClassVar[int] = 2
+    CONVENTION: ClassVar[int] = 3
     #: What ``metadata.outputs`` says, for a person reading the manifest.
     OUTPUTS: ClassVar[str] = (
         "one int64[2]: the result's 64 bits, then a flag: when 1 the Python body is called instead"
@@ -53,6 +71,8 @@ class XlaScalar(Kind):
     result_type: str
     plugin_version: str
     stablehlo: bytes
+    #: name -> ``kind:what`` (``READ_KINDS``), in name order.
+    reads: Mapping[str, str] = field(default_factory=dict)
 
     def to_metadata(self) -> dict[str, Any]:
         return {
@@ -61,6 +81,7 @@ class XlaScalar(Kind):
             "param_names": list(self.param_names),
             "param_types": list(self.param_types),
             "plugin_version": self.plugin_version,
+            "reads": dict(sorted(self.reads.items())),
             "result_type": self.result_type,
         }
 
@@ -86,7 +107,14 @@ class XlaScalar(Kind):
             stablehlo.decode("utf-8")
         except UnicodeDecodeError as error:
             raise KindError(cls.KIND, "payload.stablehlo", f"is not UTF-8 text ({error})") from None
+        reads = fields.text_map("reads")
+        for name, read in reads.items():
+            if read.partition(":")[0] not in READ_KINDS or not name.isidentifier():
+                raise fields.wrong(
+                    "reads", {name: read}, f"name: one of {', '.join(sorted(READ_KINDS))}:..."
+                )
         return cls(
+            reads=reads,
             param_names=names,
             param_types=types,
             result_type=fields.choice("result_type", SCALAR_DTYPES),
