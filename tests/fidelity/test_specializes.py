@@ -33,23 +33,30 @@ def head(x: Batch) -> jax.Array:
 
 
 @jax.jit
+def five(x: Batch) -> jax.Array:
+    # B = 5 is not among the sizes a sample would try: the comparison is seen.
+    return (x * 2 if x.shape[0] == 5 else x * 3).sum(axis=-1)
+
+
+@jax.jit
 def honest(x: Batch) -> jax.Array:
     return jnp.tanh(x).sum(axis=-1)
 
 
-for rows in (1, 2, 3):
+for rows in (1, 2, 3, 5):
     x = jnp.arange(rows * 4, dtype=jnp.float32).reshape(rows, 4)
-    print(branches(x), head(x), honest(x))
+    print(branches(x), head(x), five(x), honest(x))
 """
 
 
 def test_an_export_that_disagrees_with_jit_at_some_size_stays(tmp_path: Path) -> None:
     root = project(tmp_path / "p", {"model.ppy": PROGRAM})
     compared = differential(root, cache=tmp_path / "c")
-    assert compared.bound() == {"head", "honest"} and compared.staged_calls("honest") == 3
+    assert compared.bound() == {"head", "honest"} and compared.staged_calls("honest") == 4
     decisions = {d.qualname: d for d in read_artifact(root / ".ppy" / "artifact.ppyz").decisions}
-    assert decisions["branches"].rule == "specializes"
-    assert "at B=1" in decisions["branches"].reason
+    for name, line, size in (("branches", 13, 1), ("five", 26, 5)):
+        assert decisions[name].rule == "specializes"
+        assert f"model.ppy:{line} compares B with {size}" in decisions[name].reason
     assert decisions["head"].rule == "staged"
 
 
@@ -58,4 +65,29 @@ def test_verify_sizes_off_stages_it_anyway(tmp_path: Path) -> None:
     root = project(tmp_path / "p", {"model.ppy": PROGRAM}, pyproject=pyproject)
     built = run_ppy("build", cwd=root, env={"PPY_CACHE_DIR": str(tmp_path / "c")})
     # The user's call: ``branches`` is now staged as traced, for every B.
-    assert "3 staged, 0 reused, 0 stay" in built.stdout, built.stdout
+    assert "4 staged, 0 reused, 0 stay" in built.stdout, built.stdout
+
+
+def test_sampling_finds_a_size_singled_out_without_a_comparison(tmp_path: Path) -> None:
+    """A dict keyed by sizes is looked up by hash: no comparison is made for
+    the watch to see. ``verify-sizes = "sample"`` runs the export at B=1."""
+    program = (
+        PROGRAM.split("\n\n\n@jax.jit")[0]
+        + """
+
+
+@jax.jit
+def keyed(x: Batch) -> jax.Array:
+    return x.sum(axis=-1) * {1: 100.0}.get(x.shape[0], 1.0)
+
+
+print(keyed(jnp.ones((1, 4), jnp.float32)), keyed(jnp.ones((2, 4), jnp.float32)))
+"""
+    )
+    pyproject = PERMISSIONS + 'verify-sizes = "sample"\n'
+    root = project(tmp_path / "p", {"model.ppy": program}, pyproject=pyproject)
+    # The quiet run says that nothing is staged, and why.
+    compared = differential(root, cache=tmp_path / "c", quiet_stderr=None)
+    assert not compared.bound()
+    (decision,) = read_artifact(root / ".ppy" / "artifact.ppyz").decisions
+    assert decision.rule == "specializes" and "at B=1" in decision.reason

@@ -44,10 +44,12 @@ SETTINGS: Mapping[str, Setting] = {
         bounds=(0.1, 86400, "seconds"),
     ),
     "verify-sizes": Setting(
-        (bool,),
+        (bool, str),
         True,
-        "run each export with symbolic dims against the jitted function at several sizes, "
-        "and keep it unstaged where they disagree",
+        "keep unstaged an export whose trace compares a symbolic dim in a way jax decides "
+        'without knowing the size (x.shape[0] == 5); "sample" also runs each export against '
+        "the jitted function at several sizes (two compiles per size)",
+        (True, False, "sample"),
     ),
     "captured-array-limit": Setting(
         (int,),

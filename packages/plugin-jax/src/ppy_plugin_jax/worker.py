@@ -331,19 +331,31 @@ def _variant(
     from ppy.spec import TensorSpec
 
     from ppy_plugin_jax.mesh import out_shardings, spec_of
-    from ppy_plugin_jax.verify import specialized
+    from ppy_plugin_jax.verify import comparisons, specialized
 
     targets = request.get("platforms") or [jax.default_backend()]
+    verify = request.get("verify_sizes", True)
     function = flat.bind(static)
     if inputs.mesh is not None:
         function = flat.bind(static, out_shardings(function, inputs.leaves))
-    exported = export.export(function, platforms=targets)(*inputs.leaves)
+    with comparisons() as compared:
+        exported = export.export(function, platforms=targets)(*inputs.leaves)
     out_tree = flat.out_trees[-1]
-    found = specialized(function, exported) if request.get("verify_sizes", True) else None
+    where = f" with {', '.join(f'{k}={v!r}' for k, v in static.items())}" if static else ""
+    if compared and verify:
+        first = compared[0]
+        line = f"{_shown(first.filename, request['root'])}:{first.line}"
+        raise _Refusal(
+            "specializes",
+            f"{line} compares {first.left} with {first.right}{where}, which jax decides as "
+            f"unequal without knowing the size: where {first.left} = {first.right} the jitted "
+            "function takes the other branch, and the export does not",
+            deliberate=True,
+        )
+    found = specialized(function, exported) if verify == "sample" else None
     if found is not None:
         sizes, why = found
         at = ", ".join(f"{name}={size}" for name, size in sizes.items())
-        where = f" with {', '.join(f'{k}={v!r}' for k, v in static.items())}" if static else ""
         raise _Refusal(
             "specializes",
             f"at {at}{where}, {why}: the export does not serve every size its description claims",
@@ -391,14 +403,17 @@ def _describe(error: BaseException, doing: str, root: str) -> str:
     prefix = os.path.join(os.path.abspath(root), "")
     user = [f for f in frames if os.path.abspath(f.filename).startswith(prefix)]
     last = (user or frames)[-1:]
-    where = ""
-    if last:
-        filename = os.path.abspath(last[0].filename)
-        shown = filename[len(prefix) :] if filename.startswith(prefix) else last[0].filename
-        where = f" at {shown}:{last[0].lineno}"
+    where = f" at {_shown(last[0].filename, root)}:{last[0].lineno}" if last else ""
     lines = [ln.strip() for ln in str(error).strip().splitlines() if ln.strip()]
     text = " ".join(lines[:4])
     return f"{type(error).__name__}{where} while {doing}: {text}"
+
+
+def _shown(filename: str, root: str) -> str:
+    """``filename`` relative to the project's ``root`` where it is inside it."""
+    prefix = os.path.join(os.path.abspath(root), "")
+    absolute = os.path.abspath(filename)
+    return absolute[len(prefix) :] if absolute.startswith(prefix) else filename
 
 
 def _side_effect(printed: str) -> dict[str, Any]:
