@@ -30,9 +30,14 @@ import subprocess
 from pathlib import Path
 
 import nox
+import nox.virtualenv
 
 nox.options.sessions = ["lint", "typecheck", "tests", "runtime_only", "docs"]
 nox.options.reuse_existing_virtualenvs = True
+#: uv makes the venvs and installs into them where it is installed (the
+#: README's test command installs it): the same packages, a few times faster
+#: than pip, which is most of what the sessions besides pytest spend.
+nox.options.default_venv_backend = "uv|virtualenv"
 
 CORE = "./packages/core"
 RUNTIME = "./packages/runtime-pjrt"
@@ -76,9 +81,9 @@ _use_pyenv(PYTHONS)
 MODEL_LIBRARIES = ("flax", "optax", "equinox", "jaxtyping")
 
 
-#: What the tests need besides ppy; setuptools: tests install fixture plugins
-#: with pip's --target, without build isolation.
-TEST_TOOLS = ("pytest", "pytest-xdist", "hypothesis", "setuptools>=68")
+#: What the tests need besides ppy; pip and setuptools: tests install fixture
+#: plugins with pip's --target, without build isolation (a uv venv has no pip).
+TEST_TOOLS = ("pytest", "pytest-xdist", "hypothesis", "pip", "setuptools>=68")
 #: Two workers, one a core: the tests mostly wait on ``ppy`` and ``python``
 #: subprocesses, and two keep both cores busy. ``loadfile`` sends a whole file
 #: to one worker, so a module-scoped build is made once, and each worker builds
@@ -144,8 +149,15 @@ def typecheck(session: nox.Session) -> None:
 def runtime_only(session: nox.Session) -> None:
     """Build with every package in one venv, run with core and the runtime in another."""
     builder = session.create_tmp() + "/build-env"
-    session.run("python", "-m", "venv", "--clear", builder)
-    session.run(f"{builder}/bin/python", "-m", "pip", "install", "-q", *PACKAGES, external=True)
+    if session.venv_backend == "uv":
+        uv = nox.virtualenv.UV
+        python = ("--python", str(session.python))
+        session.run(uv, "venv", "-q", "--clear", *python, builder, external=True)
+        installer = (uv, "pip", "install", "--python", f"{builder}/bin/python")
+    else:
+        session.run("python", "-m", "venv", "--clear", builder)
+        installer = (f"{builder}/bin/python", "-m", "pip", "install")
+    session.run(*installer, "-q", *PACKAGES, external=True)
     session.install(CORE, RUNTIME)
     session.run("python", "tests/runtime_only/check.py", "--build-python", f"{builder}/bin/python")
 
