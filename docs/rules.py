@@ -25,6 +25,7 @@ SAMPLES: dict[str, tuple[str, str]] = {
         '[tool.ppy]\nbuild-execution = "allow"\n',
         f"@jax.jit\ndef score({X}):\n    return x\n",
     ),
+    "package-init": (GRANTED, f"@jax.jit\ndef score({X}):\n    return x\n"),
     "redefined": (
         GRANTED,
         f"@jax.jit\ndef score({X}):\n    return x\n@jax.jit\ndef score({X}):\n    return -x\n",
@@ -63,6 +64,10 @@ SAMPLES: dict[str, tuple[str, str]] = {
 }
 
 
+#: Where a sample's module lies, where not at the root as model.ppy.
+PATHS: dict[str, str] = {"package-init": "pkg/__init__.ppy"}
+
+
 def _plugins() -> dict[str, object]:
     from ppy_plugin_jax.plugin import JaxExportPlugin
     from ppy_plugin_xla.plugin import XlaScalarPlugin
@@ -85,7 +90,9 @@ def _decide(rule: str, pyproject: str, source: str) -> tuple[str, str, str]:
             p.name: p.validate_settings(config.plugins.get(p.name, {}), str(config.config_path))  # type: ignore[attr-defined]
             for p in _plugins().values()
         }
-        module = discover_source(HEAD + source, module="model", path="model.ppy")
+        path = PATHS.get(rule, "model.ppy")
+        name = path.removesuffix(".ppy").replace("/__init__", "").replace("/", ".")
+        module = discover_source(HEAD + source, module=name, path=path)
         decision = next(
             d
             for f in module.functions

@@ -161,18 +161,33 @@ def test_what_cannot_be_laid_out_over_the_mesh_stays_unstaged(tmp_path: Path) ->
         @jax.jit
         def deep(x: Annotated[jax.Array, ppy.Shape(8), F32, ppy.Sharding("data", None)]):
             return x * 2
+
+        @jax.jit
+        def half(x: Annotated[jax.Array, ppy.Shape("2*B", 4), F32, ppy.Sharding("data")]):
+            return x * 2
+
+        @jax.jit
+        def twice(x: Annotated[jax.Array, ppy.Shape(8, 8), F32, ppy.Sharding("data", "data")]):
+            return x * 2
         """
     with_mesh = project(tmp_path / "m", {"model.ppy": program}, _mesh("{ data = 4 }"))
-    reasons = _refusals(with_mesh, tmp_path / "c")
+    refused = _refusals(with_mesh, tmp_path / "c")
+    reasons = {name: reason for name, (reason, _) in refused.items()}
+    remedies = {name: remedy for name, (_, remedy) in refused.items()}
     assert "x dim 0 is 'B', which does not divide over data (4 devices)" in reasons["odd"]
-    assert "'4*B'" in reasons["odd"]
+    assert remedies["odd"] == "write it as a multiple of 4: '4*B'"
+    assert remedies["half"] == "write it as a multiple of 4: '4*B'"
     assert (
         "sharded over model, which the mesh (data=4 (explicit)) does not have" in reasons["unknown"]
     )
+    assert "add model to [tool.ppy.plugins.jax] mesh" in remedies["unknown"]
     assert "x has 1 dims, but its ppy.Sharding gives 2" in reasons["deep"]
+    assert "x is sharded over data in more than one dim" in reasons["twice"]
+    # Each refusal says what to do about it, not one remedy for all.
+    assert len(set(remedies.values())) == 4, remedies
     without = project(tmp_path / "n", {"model.ppy": program})
-    reasons = _refusals(without, tmp_path / "c")
-    assert all("the project has no mesh" in r for r in reasons.values()), reasons
+    refused = _refusals(without, tmp_path / "c")
+    assert all("the project has no mesh" in r for r, _ in refused.values()), refused
 
 
 def _refusals(root: Path, cache: Path) -> dict[str, str]:
@@ -182,7 +197,7 @@ def _refusals(root: Path, cache: Path) -> dict[str, str]:
     events = [json.loads(line) for line in built.stderr.splitlines() if line.startswith("{")]
     decisions = [e for e in events if e["event"] == "build.decision"]
     assert {d["rule"] for d in decisions} == {"sharding"}, decisions
-    return {str(d["function"]): str(d["reason"]) for d in decisions}
+    return {str(d["function"]): (str(d["reason"]), str(d["remedy"])) for d in decisions}
 
 
 LIKE_AND_JAXTYPING = """\

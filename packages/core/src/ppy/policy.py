@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from pathlib import PurePath
 from typing import Any, Final
 
 from ppy.config import Config, remedy_for
@@ -35,6 +36,7 @@ RULES: Final[Mapping[str, str]] = {
         "the plugin's own permission is granted in [tool.ppy.plugins.<name>] (e.g. "
         "allow-build-export = true)"
     ),
+    "package-init": "the function is not in a package's __init__.ppy, which import never runs",
     "redefined": "the function's name is bound once at module level",
     "invalid-spec": "every description on a parameter (ppy.Shape, ppy.DType, ppy.Like, a "
     "jaxtyping annotation) is valid and literal",
@@ -167,8 +169,9 @@ def _render(parameter: Parameter) -> str:
         return f"{parameter.name}: {Described(nest=json.loads(parameter.nest)).rendered()}"
     if parameter.tree is not None:
         return f"{parameter.name}: {parameter.tree}"
-    if spec.shape is None and spec.dtype is None and not spec.problems:
-        return f"{parameter.name}: {parameter.annotation or '?'}"
+    written = parameter.annotation or "?"
+    if spec.shape is None and spec.dtype is None and (not spec.problems or "Literal[" in written):
+        return f"{parameter.name}: {written}"
     dims = spec.shape if spec.shape is not None else ("?",)
     tensor = TensorSpec(tuple(dims), spec.dtype or "?", parameter.name)
     return f"{tensor.name}: {tensor}"
@@ -274,6 +277,24 @@ def _spec_checks(function: FunctionInfo, plugin: Plugin) -> list[Check]:
     return checks
 
 
+def _package_check(function: FunctionInfo) -> Check:
+    """``import pkg`` finds the folder before ppy's hook looks for ``.ppy``
+    files: python makes it a namespace package, and ``__init__.ppy`` never
+    runs, under python as under ``ppy run``."""
+    path = PurePath(function.path)
+    if path.name != "__init__.ppy":
+        return Check("package-init", True, f"{path.name} is a module import runs")
+    return Check(
+        "package-init",
+        False,
+        f"{function.path} is never run by import {function.module}: python takes the folder "
+        "for a namespace package before ppy's hook looks for .ppy files, so the function "
+        "does not exist in the program",
+        f"move it into a module of the package ({path.parent.as_posix()}/model.ppy), "
+        "or rename the file __init__.py",
+    )
+
+
 def _redefinition_check(function: FunctionInfo) -> Check:
     if not function.rebound:
         return Check("redefined", True, f"{function.name} is bound once at module level")
@@ -362,6 +383,7 @@ def decide(
         trail = (
             Check("no-plugin", True, f"@{decorator} is staged by the {plugin.name} plugin"),
             *_permission_checks(function, decorator, plugin, config, own),
+            _package_check(function),
             _redefinition_check(function),
             *_spec_checks(function, plugin),
             _differentiation_check(function, plugin, decorator),

@@ -21,7 +21,12 @@ __all__ = ["Unplaced", "abstract_mesh", "out_shardings", "place", "spec_of"]
 
 
 class Unplaced(Exception):
-    """A sharding that cannot be laid over the mesh: the reason, for rule ``sharding``."""
+    """A sharding that cannot be laid over the mesh: the reason, for rule ``sharding``,
+    and the remedy for this reason."""
+
+    def __init__(self, reason: str, remedy: str) -> None:
+        super().__init__(reason)
+        self.remedy = remedy
 
 
 def abstract_mesh(mesh: MeshSpec) -> Any:
@@ -47,8 +52,8 @@ def place(
     if mesh is None:
         first = next(s["name"] for s in specs if s["sharding"])
         raise Unplaced(
-            f"{first} is described with ppy.Sharding, but the project has no mesh "
-            "([tool.ppy.plugins.jax] mesh = { data = 4 }, say)"
+            f"{first} is described with ppy.Sharding, but the project has no mesh",
+            "describe the mesh: [tool.ppy.plugins.jax] mesh = { data = 4 }, say",
         )
     over = abstract_mesh(mesh)
     placed = []
@@ -64,16 +69,25 @@ def place(
 
 def _check(name: str, axes: tuple[Axis, ...], rank: int, mesh: MeshSpec) -> None:
     if len(axes) > rank:
-        raise Unplaced(f"{name} has {rank} dims, but its ppy.Sharding gives {len(axes)}")
+        raise Unplaced(
+            f"{name} has {rank} dims, but its ppy.Sharding gives {len(axes)}",
+            "give ppy.Sharding one entry per dim at most, None for a dim that is not split",
+        )
     used = [a for entry in axes if entry is not None for a in _names(entry)]
     unknown = sorted({a for a in used if a not in mesh.names})
     if unknown:
         raise Unplaced(
-            f"{name} is sharded over {', '.join(unknown)}, which the mesh ({mesh}) does not have"
+            f"{name} is sharded over {', '.join(unknown)}, which the mesh ({mesh}) does not have",
+            f"name axes of the mesh ({', '.join(mesh.names)}) in ppy.Sharding, or add "
+            f"{', '.join(unknown)} to [tool.ppy.plugins.jax] mesh",
         )
     twice = sorted({a for a in used if used.count(a) > 1})
     if twice:
-        raise Unplaced(f"{name} is sharded over {', '.join(twice)} in more than one dim")
+        raise Unplaced(
+            f"{name} is sharded over {', '.join(twice)} in more than one dim",
+            "split each mesh axis over one dim only; a dim may take several axes: "
+            '("data", "model")',
+        )
 
 
 def _divides(spec: Mapping[str, Any], shape: Sequence[Any], mesh: MeshSpec) -> None:
@@ -92,14 +106,30 @@ def _divides(spec: Mapping[str, Any], shape: Sequence[Any], mesh: MeshSpec) -> N
         remainder = dim % parts
         if not (isinstance(remainder, int) and remainder == 0):
             written = spec["dims"][axis]
+            over = f"{'x'.join(_names(entry))} ({parts} devices)"
+            if not isinstance(written, str):
+                raise Unplaced(
+                    f"{spec['name']} dim {axis} is {written}, which does not divide over {over}",
+                    f"give the dim a multiple of {parts}, or split it over fewer devices",
+                )
             raise Unplaced(
-                f"{spec['name']} dim {axis} is {written!r}, which does not divide over "
-                f"{'x'.join(_names(entry))} ({parts} devices) at every size; write it as a "
-                f"multiple, such as {f'{parts}*{written}'!r}"
-                if isinstance(written, str)
-                else f"{spec['name']} dim {axis} is {written}, which does not divide over "
-                f"{'x'.join(_names(entry))} ({parts} devices)"
+                f"{spec['name']} dim {axis} is {written!r}, which does not divide over {over} "
+                "at every size",
+                f"write it as a multiple of {parts}: {_multiple(written, parts)!r}",
             )
+
+
+def _multiple(written: str, parts: int) -> str:
+    """The smallest multiple of ``parts`` written like ``written``: ``'B'`` over 4
+    is ``'4*B'``, ``'4*B'`` over 6 is ``'12*B'``."""
+    import math
+    import re
+
+    match = re.fullmatch(r"\s*(?:(\d+)\s*\*\s*)?([A-Za-z_]\w*)\s*", written)
+    if match is None:
+        return f"{parts}*({written})"
+    factor = int(match.group(1) or 1)
+    return f"{math.lcm(factor, parts)}*{match.group(2)}"
 
 
 def _names(entry: str | tuple[str, ...]) -> tuple[str, ...]:

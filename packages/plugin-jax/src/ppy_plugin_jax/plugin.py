@@ -7,9 +7,10 @@ started by ``stage``; see ``supervisor.py``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from importlib import metadata
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ppy.config import Setting, validate_table
 from ppy.decision import Check
@@ -26,6 +27,10 @@ if TYPE_CHECKING:
 __all__ = ["PLATFORMS", "SETTINGS", "JaxExportPlugin"]
 
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+
+#: The most devices a mesh may have, over all its axes: beyond any machine's
+#: (2**20), far below what the export's arithmetic would overflow at.
+MAX_DEVICES: Final = 1 << 20
 
 SETTINGS: Mapping[str, Setting] = {
     "allow-build-export": Setting(
@@ -189,13 +194,21 @@ def _mesh(axes: Mapping[str, Any] | None, types: Any, path: str) -> MeshSpec | N
             remedy="write mesh = { data = 4 }, say, or remove it",
         )
     for name, size in axes.items():
-        if not name.isidentifier() or type(size) is not int or size < 1:
+        if not name.isidentifier() or type(size) is not int or not 1 <= size <= MAX_DEVICES:
             raise ConfigError(
-                f"axis {name!r} = {size!r}: an axis is a name and a number of devices >= 1",
+                f"axis {name!r} = {size!r}: an axis is a name and a number of devices "
+                f"from 1 to {MAX_DEVICES}",
                 path=path,
                 key=key,
                 remedy="write mesh = { data = 4 } or { data = 2, model = 2 }",
             )
+    if math.prod(axes.values()) > MAX_DEVICES:
+        raise ConfigError(
+            f"mesh has {math.prod(axes.values())} devices in all, more than {MAX_DEVICES}",
+            path=path,
+            key=key,
+            remedy="give the axes the sizes of the devices the program runs on",
+        )
     by_axis = types if isinstance(types, Mapping) else dict.fromkeys(axes, types)
     unknown = sorted(set(by_axis) - set(axes))
     bad = sorted(str(t) for t in by_axis.values() if t not in AXIS_TYPES)

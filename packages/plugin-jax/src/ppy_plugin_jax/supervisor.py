@@ -77,6 +77,10 @@ SECRET_SUFFIXES: Final = ("_KEY", "_PAT")
 OUTPUT_LIMIT: Final = 4000
 
 _IMPORT_REMEDY = "fix the module so that importing it has no side effects, then rebuild"
+_MISSING_REMEDY = (
+    "install the module it names, or put it where the build imports from: the project's "
+    "root, or the importing module's own folder, as python finds a script's neighbours"
+)
 _CRASH_REMEDY = (
     "importing the module and tracing its functions must not exit or crash the process; "
     "fix that (see the output), then rebuild"
@@ -169,9 +173,11 @@ def _entry(target: StageTarget, qualname: str, message: Mapping[str, Any]) -> En
 def _failure(module: str, qualname: str, message: Mapping[str, Any]) -> StageFailure:
     rule = str(message["rule"])
     reason = str(message["reason"])
-    remedy = _REMEDIES.get(rule, _EXPORT_REMEDY)
+    remedy = str(message.get("remedy") or _REMEDIES.get(rule, _EXPORT_REMEDY))
     if reason.startswith("MemoryError"):
         remedy = _MEMORY_REMEDY
+    elif rule == "import-failed" and reason.startswith("ModuleNotFoundError"):
+        remedy = _MISSING_REMEDY
     return StageFailure(
         module,
         qualname,

@@ -137,6 +137,7 @@ def comparisons() -> Iterator[list[Comparison]]:
     """Watch the trace run inside the block: the list fills with every
     undecided equality of a symbolic dim that code outside jax made."""
     import jax
+    from jax._src import core
     from jax._src.export import shape_poly
 
     expression = shape_poly._DimExpr
@@ -151,7 +152,7 @@ def comparisons() -> Iterator[list[Comparison]]:
         result: bool = equal(self, other)
         if result:
             return result
-        frame = sys._getframe(1)
+        frame: Any = sys._getframe(1)
         while frame is not None and frame.f_code.co_filename == shape_poly.__file__:
             frame = frame.f_back  # __ne__, and jax's reflected calls
         if frame is None or frame.f_code.co_filename.startswith(inside):
@@ -159,7 +160,7 @@ def comparisons() -> Iterator[list[Comparison]]:
         undecided = (
             self.scope is other.scope
             if isinstance(other, expression)
-            else shape_poly.core.is_constant_dim(other)
+            else core.is_constant_dim(other)
         )
         if undecided and isinstance(self - other, expression):
             found.append(

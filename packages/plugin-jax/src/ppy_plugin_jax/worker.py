@@ -181,11 +181,15 @@ def _leaf_specs(
 
 
 class _Refusal(Exception):
-    def __init__(self, rule: str, reason: str, *, deliberate: bool = False) -> None:
+    def __init__(
+        self, rule: str, reason: str, *, deliberate: bool = False, remedy: str | None = None
+    ) -> None:
         super().__init__(reason)
-        self.result = {"ok": False, "rule": rule, "reason": reason}
+        self.result: dict[str, Any] = {"ok": False, "rule": rule, "reason": reason}
         if deliberate:
             self.result["deliberate"] = True
+        if remedy is not None:  # this reason's own, in place of the rule's
+            self.result["remedy"] = remedy
 
 
 def _static_values(params: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -253,7 +257,7 @@ def _inputs(
         try:
             leaves = place(leaves, specs, mesh)
         except Unplaced as error:
-            raise _Refusal("sharding", str(error)) from None
+            raise _Refusal("sharding", str(error), remedy=error.remedy) from None
     return _Inputs(names, specs, leaves, tree, digest, mesh)
 
 
@@ -442,6 +446,7 @@ def _serve(request: Mapping[str, Any], out: IO[str], capture: Capture, watchdog:
         send({"event": "module", "module": name, "offset": capture.flush()})
         watchdog.module_started()
         capture.take()
+        _beside(request["root"], module_request["path"])
         try:
             module = importlib.import_module(name)
         except BaseException as error:  # SystemExit and KeyboardInterrupt too: user code
@@ -475,6 +480,14 @@ def _serve(request: Mapping[str, Any], out: IO[str], capture: Capture, watchdog:
             result.update(module=name, qualname=function["qualname"], output=import_output + traced)
             send(result)
     send({"event": "done"})
+
+
+def _beside(root: str, path: str) -> None:
+    """Let a module in a subfolder import its neighbours, as python lets a
+    script: ``python app/model.ppy`` puts ``app/`` first on ``sys.path``."""
+    folder = os.path.dirname(os.path.join(os.path.abspath(root), path))
+    if folder != os.path.abspath(root) and folder not in sys.path:
+        sys.path.insert(0, folder)
 
 
 def _limit_memory(megabytes: int | None) -> None:

@@ -145,7 +145,9 @@ class Specs:
             return
         head = self.resolve(node.value)
         if head in _LITERAL:
-            found.choices = _literal_values(node.slice)
+            found.choices, problem = _literal_values(node.slice)
+            if problem is not None:
+                found.problems.append(f"{self._where(node)}: {ast.unparse(node)} {problem}")
             return
         if head is not None and head.startswith("jaxtyping."):
             self._jaxtyping(node, head.rpartition(".")[2], found)
@@ -296,19 +298,28 @@ class _SpecFound:
     problems: list[str] = field(default_factory=list)
 
 
-def _literal_values(node: ast.expr) -> tuple[object, ...] | None:
-    """``Literal["a", 1]``'s values, or None if one is not a hashable literal."""
+def _literal_values(node: ast.expr) -> tuple[tuple[object, ...] | None, str | None]:
+    """``Literal["a", 1]``'s values, or None and why a value cannot be staged.
+
+    A staged static value travels to the export worker and into the
+    manifest as JSON: an int, a str, a bool or None. ``bytes``, which
+    ``Literal`` allows, has no JSON form; a float is not a ``Literal`` value
+    (PEP 586), and ``1.0 == 1`` would make two values one trace.
+    """
     items = node.elts if isinstance(node, ast.Tuple) else [node]
     values: list[object] = []
     for item in items:
         try:
             value = ast.literal_eval(item)
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            return None
-        if not isinstance(value, str | int | bool | bytes | type(None)):
-            return None
+            return None, None  # a name or an enum member: not read from the source
+        if not isinstance(value, str | int | bool | type(None)):
+            return None, (
+                f"holds {ast.unparse(item)}, a {type(value).__name__}: a staged static value "
+                "is an int, a str, a bool or None"
+            )
         values.append(value)
-    return tuple(values)
+    return tuple(values), None
 
 
 def _jaxtyping_dim(token: str) -> int | str | None:
