@@ -43,6 +43,13 @@ print(affine(x, scale=jnp.full(4, 3.0, jnp.float32)))
 print(affine(scale=jnp.ones(4, jnp.float32), x=x))
 print(pool(x, "min") if False else "skip")
 print(layer(x, 1))
+
+
+class Mode(str):
+    pass
+
+
+print(pool(x, Mode("mean")))
 """
 
 
@@ -52,9 +59,12 @@ def test_static_flags_and_keyword_calls_take_the_staged_path(tmp_path: Path) -> 
     assert compared.bound() == {"layer", "pool", "affine"}
     assert compared.staged_calls("layer") == 4
     assert compared.staged_calls("pool") == 2 and compared.staged_calls("affine") == 2
-    # ``1`` is not ``True``: jit traces it again, and so the original runs.
-    (fallback,) = compared.fallbacks()
-    assert fallback["function"] == "layer" and fallback["category"] == "static"
+    # ``1`` is not ``True``, nor a str subclass a str: jit keys static values
+    # by type too, traces them again, and so the original runs.
+    first, second = compared.fallbacks()
+    assert first["function"] == "layer" and first["category"] == "static"
+    assert second["function"] == "pool" and second["category"] == "static"
+    assert "how='mean' (a __main__.Mode) is not among the values staged" in str(second["reason"])
     artifact = read_artifact(root / ".ppy" / "artifact.ppyz")
     layer = artifact.entry("model", "layer")
     assert layer is not None

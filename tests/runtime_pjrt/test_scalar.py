@@ -60,6 +60,8 @@ def test_other_argument_types_run_the_python_body(staged) -> None:
     assert fn.fallbacks - before >= 6
     categories = {e["category"] for e in events if e["event"] == "run.fallback"}
     assert {"type", "flag", "range", "keywords"} <= categories
+    reasons = {e["reason"] for e in events if e["event"] == "run.fallback"}
+    assert "an argument of type numpy.int64 where int was staged" in reasons
 
 
 def test_python_raises_its_own_errors(staged) -> None:

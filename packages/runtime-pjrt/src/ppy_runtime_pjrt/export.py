@@ -268,7 +268,7 @@ class StagedFunction:
             staged = None
         if staged is None:
             pairs = zip(self.calls.static, bound.static, strict=True)
-            shown = ", ".join(f"{name}={value!r}" for name, (_, value) in pairs)
+            shown = ", ".join(f"{name}={_shown(value)}" for name, (_, value) in pairs)
             return Fallback("static", f"{shown} is not among the values staged")
         if staged.platform is not None:
             staged.unrunnable, staged.platform = staged.platform(), None
@@ -381,6 +381,15 @@ class Route:
     call: Callable[..., Any]
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
+
+
+def _shown(value: Any) -> str:
+    """A static value as the variants tell it apart: by its exact type too, so a
+    ``str`` subclass equal to a staged ``"a"`` is named as what it is."""
+    kind = type(value)
+    if kind in (bool, int, str, type(None)):
+        return repr(value)
+    return f"{value!r} (a {kind.__module__}.{kind.__qualname__})"
 
 
 def _shape_of(leaf: Any, *, mesh: Any = None) -> Any:

@@ -91,7 +91,7 @@ class StagedScalar:
             return "count", f"called with {len(args)} arguments, staged for {len(self.param_types)}"
         for value, kind in zip(args, self.param_types, strict=True):
             if type(value) is not _TYPES[kind]:
-                return "type", f"an argument of type {type(value).__name__} where {kind} was staged"
+                return "type", f"an argument of type {_named(type(value))} where {kind} was staged"
             if kind == "int" and not INT64_MIN <= cast(int, value) <= INT64_MAX:
                 return "range", "an int argument outside int64"
             if kind == "float" and value != 0.0 and abs(cast(float, value)) < MIN_NORMAL_FLOAT64:
@@ -156,6 +156,13 @@ class StagedScalar:
             return self._fallback(("compile", self._broken or "not compiled"), *args)
         self._call = executable.call
         return StagedScalar.__call__(self, *args)  # now the fast path; logged once under -v
+
+
+def _named(kind: type) -> str:
+    """A type as a reader tells it apart: ``numpy.bool`` is not ``bool``."""
+    if kind.__module__ == "builtins":
+        return kind.__qualname__
+    return f"{kind.__module__}.{kind.__qualname__}"
 
 
 class LoggedScalar(StagedScalar):
