@@ -15,13 +15,22 @@ from __future__ import annotations
 
 import functools
 import math
+import struct
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.plugin_xla.harness import FLOAT_EDGES, I64_MAX, I64_MIN, INT_EDGES, bind_module, check
+from tests.plugin_xla.harness import (
+    FLOAT_EDGES,
+    I64_MAX,
+    I64_MIN,
+    INT_EDGES,
+    bind_module,
+    check,
+    staged_without_fallback,
+)
 
 #: The one-line functions that gave another answer before (python, then ``ppy run``).
 TABLE: dict[str, tuple[str, tuple[Any, ...]]] = {
@@ -195,3 +204,54 @@ def test_an_expression_with_constants_gives_cpythons_answer(
     a, b = (_literal(data.draw(CONSTANTS["float"], name)) for name in ("a", "b"))
     body = f"def f(x: float, y: float) -> float:\n    return {shape.format(a=a, b=b)}"
     check(_staged(body), data.draw(float_values, "x"), data.draw(float_values, "y"))
+
+
+def _bits_of(value: float) -> str:
+    return struct.pack(">d", value).hex()
+
+
+def _nan(bits: str) -> float:
+    return float(struct.unpack(">d", bytes.fromhex(bits))[0])
+
+
+#: A NaN operand, either sign, through each operator with a negation beside it:
+#: x86 propagates a NaN with its sign, so CPython's result has a fixed sign,
+#: and XLA and LLVM, left alone, fold the negation into the operator.
+NAN_SIGNS = {
+    "-x + 1.0": ("def f(x: float, y: float) -> float:\n    return -x + 1.0"),
+    "(-x) * 2.0 + y": ("def f(x: float, y: float) -> float:\n    return (-x) * 2.0 + y"),
+    "-x - 1.0": ("def f(x: float, y: float) -> float:\n    return -x - 1.0"),
+    "(-x) / 2.0": ("def f(x: float, y: float) -> float:\n    return (-x) / 2.0"),
+    "-(x * 2.0)": ("def f(x: float, y: float) -> float:\n    return -(x * 2.0)"),
+    "1.0 - x": ("def f(x: float, y: float) -> float:\n    return 1.0 - x"),
+    "y - x": ("def f(x: float, y: float) -> float:\n    return y - x"),
+    "-x / y": ("def f(x: float, y: float) -> float:\n    return -x / y"),
+}
+
+
+@pytest.mark.parametrize("case", list(NAN_SIGNS))
+@pytest.mark.parametrize("x", ["7ff8000000000000", "fff8000000000000", "7ff8000000000001"])
+def test_a_nan_keeps_cpythons_sign_and_payload(case: str, x: str) -> None:
+    staged = _staged(NAN_SIGNS[case])
+    args = (_nan(x), 3.0)
+    assert staged_without_fallback(staged, *args)
+    assert _bits_of(staged(*args)) == _bits_of(staged.original(*args))
+
+
+@pytest.mark.parametrize("op", ["+", "*"])
+def test_two_nans_in_a_commutative_operator_give_one_of_them(op: str) -> None:
+    """Where CPython itself varies: with a NaN on both sides of ``+`` or ``*``,
+    x86 returns the NaN of the operand the C compiler put first, and the C
+    compiler may put either first, so which one CPython gives depends on how
+    it was built. The staged result is one of the two, bit for bit; a NaN
+    made from no NaN (``inf - inf``) is the platform's own, on both paths."""
+    staged = _staged(f"def f(x: float, y: float) -> float:\n    return x {op} y")
+    for x, y in (
+        ("7ff8000000000000", "fff8000000000000"),
+        ("fff8000000000001", "7ff8000000000000"),
+    ):
+        given = {x, y}
+        assert _bits_of(staged(_nan(x), _nan(y))) in given
+        assert _bits_of(staged.original(_nan(x), _nan(y))) in given
+    made = _staged("def f(x: float, y: float) -> float:\n    return x - y")
+    assert _bits_of(made(math.inf, math.inf)) == _bits_of(made.original(math.inf, math.inf))

@@ -150,14 +150,17 @@ def test_sizes_the_export_constrains_out_go_to_the_original() -> None:
     bound = bind(entry, score)
     small = jnp.ones((2, 4), jnp.float32)
     with capture_logs() as events:
-        for _ in range(2):
+        for _ in range(3):
             np.testing.assert_array_equal(np.asarray(bound(small)), np.asarray(score(small)))
-    assert bound.ppy_stats.fallbacks == {"compile": 2}
+    # Decided once for the signature, as jit decides: the original's miss
+    # answered the first call, and jax's dispatcher serves the next ones
+    # with the original's executable, without ppy.
+    assert bound.ppy_stats.fallbacks == {"compile": 1}
     (fallback,) = [e for e in events if e["event"] == "run.fallback"]
     assert fallback["reason"].startswith("the export does not compile for these shapes")
     big = jnp.ones((3, 4), jnp.float32)
     np.testing.assert_array_equal(np.asarray(bound(big)), np.asarray(score(big)))
-    assert bound.ppy_stats.fallbacks == {"compile": 2}
+    assert bound.ppy_stats.fallbacks == {"compile": 1}
 
 
 def test_an_export_written_by_another_jax_version_is_bound(score_entry) -> None:

@@ -267,7 +267,7 @@ class Expressions(ABC):
             return num.as_int(operand)
         if isinstance(node.op, ast.USub):
             if operand.type == "float":
-                return b.unary("negate", operand)
+                return b.negate(operand)
             operand = num.as_int(operand)
             if operand.const is not None and operand.const != I64_MIN:
                 return num.i(-int(operand.const))

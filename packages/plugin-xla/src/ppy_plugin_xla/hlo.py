@@ -138,14 +138,33 @@ class Builder:
     def bitcast(self, a: Value, kind: str) -> Value:
         return self.op("bitcast_convert", [a], kind)
 
+    def negate(self, a: Value) -> Value:
+        """``-a`` for a float as CPython computes it: the sign bit flipped.
+
+        XLA and LLVM fold a negation into the arithmetic around it (``-x +
+        1.0`` becomes ``1.0 - x``), and x86 propagates a NaN operand with its
+        own sign, so a NaN would come out with ``x``'s sign where CPython's
+        comes out with its flip. LLVM reads a flip of the sign bit as a
+        negation too, so the mask's sign bit is one the compiler cannot know:
+        the unknown zero shifted into it (shifted, because LLVM knows that the
+        top bit of a replica id widened to 64 bits is clear).
+        """
+        unknown = self.binary("shift_left", self._unknown_zero(), self.const("int", 63))
+        sign = self.binary("xor", self.const("int", -(1 << 63)), unknown)
+        return self.bitcast(self.binary("xor", self.bitcast(a, "int"), sign), "float")
+
     def opaque(self, a: Value) -> Value:
         """``a``, as a value the backend cannot fuse with what uses it."""
+        bits = self.binary("xor", self.bitcast(a, "int"), self._unknown_zero())
+        return self.bitcast(bits, "float")
+
+    def _unknown_zero(self) -> Value:
+        """An int64 0 the compiler cannot know: the replica's id, on one replica."""
         replica = self.fresh()
         self.emit(f'{replica} = "stablehlo.replica_id"() : () -> tensor<ui32>')
         zero = self.fresh()
         self.emit(f'{zero} = "stablehlo.convert"({replica}) : (tensor<ui32>) -> tensor<i64>')
-        bits = self.binary("xor", self.bitcast(a, "int"), Value(zero, "int"))
-        return self.bitcast(bits, "float")
+        return Value(zero, "int")
 
     def library(self, opname: str, *operands: Value) -> Value:
         """A libm-like op (``sine``, ``atan2``, ``power``, ...) computed by its

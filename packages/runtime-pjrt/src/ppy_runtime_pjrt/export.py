@@ -200,6 +200,8 @@ class StagedFunction:
         self.stats = CallStats()
         #: The function bound in the original's place (``callable``).
         self._dispatcher: Callable[..., Any] | None = None
+        #: Under ``-v`` every call's path is logged (``callable``).
+        self._logged = False
 
     def __repr__(self) -> str:
         return f"<staged {self.module}.{self.qualname} of {self.original!r}>"
@@ -227,7 +229,8 @@ class StagedFunction:
 
         self._dispatcher = bound
 
-        if _verbose():
+        self._logged = _verbose()
+        if self._logged:
             bound = _logged(bound, self)
         functools.update_wrapper(bound, self.original)
         # As jax's own: ``score.__wrapped__`` is the Python function jit wraps.
@@ -308,10 +311,21 @@ class StagedFunction:
 
     def miss(self, *args: Any, **kwargs: Any) -> tuple[Any, Any, bool]:
         """A call jax's dispatcher had not cached: (outputs, what to cache
-        for its signature or None, False), as jax's own misses answer."""
+        for its signature or None, False), as jax's own misses answer.
+
+        A call that falls back is decided once per signature, as jit decides
+        its own: the original's miss answers it, and what it answers to cache
+        is the original's executable, which the dispatcher then serves for
+        every call of that signature at jit's own cost. Under ``-v`` nothing
+        is cached for a fallback, so each call is logged with its path.
+        """
         route = self.route(args, kwargs)
         if isinstance(route, Fallback):
-            return self._fall_back(route, args, kwargs), None, False
+            original_miss = getattr(self.original, "_cache_miss", None)
+            if original_miss is None or self._logged:
+                return self._fall_back(route, args, kwargs), None, False
+            self._count(route)
+            return original_miss(*args, **kwargs)  # type: ignore[no-any-return]  # jax's own miss
         jax_miss = getattr(route.call, "_cache_miss", None)
         if jax_miss is None:  # a Compiled with no C++ call of its own
             return route.call(*route.args, **route.kwargs), None, False
@@ -360,6 +374,11 @@ class StagedFunction:
         return call
 
     def _fall_back(self, verdict: Fallback, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        self._count(verdict)
+        return self.original(*args, **kwargs)
+
+    def _count(self, verdict: Fallback) -> None:
+        """Count a fallback, and log its reason the first time it is given."""
         counts = self.stats.fallbacks
         counts[verdict.category] = counts.get(verdict.category, 0) + 1
         if verdict.detail not in self.seen:
@@ -371,7 +390,6 @@ class StagedFunction:
                 category=verdict.category,
                 reason=verdict.detail,
             )
-        return self.original(*args, **kwargs)
 
 
 @dataclass(frozen=True)
