@@ -230,8 +230,6 @@ class StagedFunction:
         self._dispatcher = bound
 
         self._logged = _verbose()
-        if self._logged:
-            bound = _logged(bound, self)
         functools.update_wrapper(bound, self.original)
         # As jax's own: ``score.__wrapped__`` is the Python function jit wraps.
         # (mypy does not let attributes be set on a function: the ignores below.)
@@ -304,10 +302,7 @@ class StagedFunction:
 
     def slow(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A call through Python: routed, then served."""
-        route = self.route(args, kwargs)
-        if isinstance(route, Fallback):
-            return self._fall_back(route, args, kwargs)
-        return route.call(*route.args, **route.kwargs)
+        return self._serve(self.route(args, kwargs), args, kwargs)
 
     def miss(self, *args: Any, **kwargs: Any) -> tuple[Any, Any, bool]:
         """A call jax's dispatcher had not cached: (outputs, what to cache
@@ -317,12 +312,14 @@ class StagedFunction:
         its own: the original's miss answers it, and what it answers to cache
         is the original's executable, which the dispatcher then serves for
         every call of that signature at jit's own cost. Under ``-v`` nothing
-        is cached for a fallback, so each call is logged with its path.
+        is cached, so every call comes here and is logged with its path.
         """
         route = self.route(args, kwargs)
+        if self._logged:
+            return self._serve(route, args, kwargs), None, False
         if isinstance(route, Fallback):
             original_miss = getattr(self.original, "_cache_miss", None)
-            if original_miss is None or self._logged:
+            if original_miss is None:
                 return self._fall_back(route, args, kwargs), None, False
             self._count(route)
             return original_miss(*args, **kwargs)  # type: ignore[no-any-return]  # jax's own miss
@@ -330,6 +327,16 @@ class StagedFunction:
         if jax_miss is None:  # a Compiled with no C++ call of its own
             return route.call(*route.args, **route.kwargs), None, False
         return jax_miss(*route.args, **route.kwargs)  # type: ignore[no-any-return]  # jax's own miss
+
+    def _serve(self, route: Route | Fallback, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Call what ``route`` chose; under ``-v``, log the call's path (``run.call``)."""
+        if isinstance(route, Fallback):
+            result, path = self._fall_back(route, args, kwargs), "original"
+        else:
+            result, path = route.call(*route.args, **route.kwargs), "staged"
+        if self._logged:
+            _log().info("run.call", module=self.module, function=self.qualname, path=path)
+        return result
 
     def _executable(
         self,
@@ -435,33 +442,10 @@ def _shape_of(leaf: Any, *, mesh: Any = None) -> Any:
 _FORWARDED = ("lower", "trace", "eval_shape")
 
 
-def _logged(fast: Callable[..., Any], staged: StagedFunction) -> Callable[..., Any]:
-    """Under ``-v``: the same, and every call's path is logged (``run.call``)."""
-    counts = staged.stats.fallbacks
-
-    def staged_verbose(*args: Any, **kwargs: Any) -> Any:
-        before = sum(counts.values())
-        result = fast(*args, **kwargs)
-        original = sum(counts.values()) > before or _jit_disabled()
-        path = "original" if original else "staged"
-        _log().info("run.call", module=staged.module, function=staged.qualname, path=path)
-        return result
-
-    return staged_verbose
-
-
 def _jaxlib_version() -> str:
     from jaxlib import version
 
     return str(version.__version__)
-
-
-def _jit_disabled() -> bool:
-    """Under jax.disable_jit the dispatcher runs the Python function, as jit does."""
-    import jax
-
-    # A flag with a context manager is read as an attribute, which jax's stubs lack.
-    return bool(jax.config.jax_disable_jit)  # type: ignore[attr-defined]
 
 
 def _backends_started() -> bool:
