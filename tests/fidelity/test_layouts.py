@@ -1,6 +1,7 @@
 """Projects laid out as python allows: a program in a subfolder importing its
-neighbour, a package's ``__init__.ppy``, and static values ``Literal`` holds
-that a build cannot stage. Each is run or refused with a reason that names the
+neighbour, a package's ``__init__.ppy``, a function defined under ``if
+__name__ == "__main__":``, and static values ``Literal`` holds that a build
+cannot stage. Each is run or refused with a reason that names the
 user's line, never an error located inside ppy."""
 
 from __future__ import annotations
@@ -62,6 +63,14 @@ def mixed(x: Batch, k: Literal[0, 1, 2, 1.0]) -> jax.Array:
     return x * k
 
 print(coded(jnp.ones((1, 4)), b"a"), mixed(jnp.ones((1, 4)), 1.0), hasattr(pkg, "inner"))
+
+if __name__ == "__main__":
+
+    @jax.jit
+    def local(x: Batch) -> jax.Array:
+        return x * 2
+
+    print(local(jnp.ones((1, 4))))
 """,
             "pkg/__init__.ppy": HEAD
             + """
@@ -78,6 +87,10 @@ def inner(x: Batch) -> jax.Array:
     assert "model.ppy:13: Literal[b'a', b'b'] holds b'a', a bytes" in decisions["coded"].reason
     assert decisions["mixed"].rule == "invalid-spec"
     assert "Literal[0, 1, 2, 1.0] holds 1.0, a float" in decisions["mixed"].reason
+    assert decisions["local"].rule == "scope"
+    assert decisions["local"].remedy == (
+        'move it to module level, above the if __name__ == "__main__": block'
+    )
     assert decisions["inner"].rule == "package-init"
     assert "pkg/__init__.ppy is never run by import pkg" in decisions["inner"].reason
     assert all(

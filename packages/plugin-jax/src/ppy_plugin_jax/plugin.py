@@ -323,6 +323,8 @@ def _outermost(function: FunctionInfo) -> Check:
 _SCOPES = {
     "method": "a method is called through an instance, which the build does not have",
     "nested": "a function defined inside another function is made anew each time that one runs",
+    "main": 'a function defined under if __name__ == "__main__": exists only when the module '
+    "runs as the program, and the build imports it as a module",
 }
 
 
@@ -333,7 +335,9 @@ def _scope(function: FunctionInfo) -> Check:
         "scope",
         False,
         f"{_SCOPES[function.scope]}; only module-level functions are exported",
-        "move it to module level",
+        'move it to module level, above the if __name__ == "__main__": block'
+        if function.scope == "main"
+        else "move it to module level",
     )
 
 

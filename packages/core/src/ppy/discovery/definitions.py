@@ -104,6 +104,14 @@ class Definitions:
         self.defs: list[Definition] = []
         #: Module-level function name -> its qualname (the first definition wins).
         self.module_functions: dict[str, str] = {}
+        #: The definitions under ``if __name__ == "__main__":``, by id.
+        self._main = {
+            id(node)
+            for block in tree.body
+            if isinstance(block, ast.If) and _is_main_test(block.test)
+            for node in ast.walk(block)
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        }
         self._collect(tree.body, prefix="", scope="module", owner=None)
 
     def resolve(self, node: ast.expr) -> str | None:
@@ -116,7 +124,8 @@ class Definitions:
         for statement in statements:
             if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
                 qualname = f"{prefix}{statement.name}"
-                record = Definition(statement, qualname, scope)
+                main = scope == "module" and id(statement) in self._main
+                record = Definition(statement, qualname, "main" if main else scope)
                 self.defs.append(record)
                 if scope == "module":
                     self.module_functions.setdefault(statement.name, qualname)
@@ -149,7 +158,7 @@ class Definitions:
         found = [self._function(d, differentiated.get(d.qualname)) for d in self.defs]
         for statement, name, record, made in self._jitted_by_call():
             found.append(self._jitted(statement, name, record, made, differentiated))
-        order = {"module": 0, "method": 1, "nested": 1}
+        order = {"module": 0, "method": 1, "nested": 1, "main": 1}
         return tuple(sorted(found, key=lambda f: (order[f.scope], f.lineno)))
 
     def _jitted_by_call(self) -> Iterator[tuple[ast.Assign, str, Definition, _Made]]:
@@ -345,3 +354,14 @@ def _class_statements(body: Sequence[ast.stmt]) -> Iterator[ast.stmt]:
 
 def _unsubscript(node: ast.expr) -> ast.expr:
     return node.value if isinstance(node, ast.Subscript) else node
+
+
+def _is_main_test(test: ast.expr) -> bool:
+    """``__name__ == "__main__"``, either way round."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return False
+    sides = {ast.unparse(test.left), ast.unparse(test.comparators[0])}
+    return isinstance(test.ops[0], ast.Eq) and sides in (
+        {"__name__", "'__main__'"},
+        {"__name__", '"__main__"'},
+    )

@@ -23,7 +23,10 @@ __all__ = [
 ]
 
 ParameterKind = Literal["positional", "keyword_only", "var_positional", "var_keyword"]
-Scope = Literal["module", "method", "nested"]
+#: Where a function is defined: at module level, as a method, inside another
+#: function, or under ``if __name__ == "__main__":`` (``main``), which runs
+#: only when the module is the program.
+Scope = Literal["module", "method", "nested", "main"]
 
 
 @dataclass(frozen=True)
