@@ -11,7 +11,7 @@
 
 ``nox -s quick`` (not among the defaults) is the inner loop: on ``PYTHON``
 only, the unit and differential suites (``QUICK``) without the tests marked
-``models`` (the programs of flax, optax, equinox and jaxtyping, which it does
+``models`` (the programs of flax, optax, equinox, jaxtyping and beartype, which it does
 not install). Arguments after ``--`` go to pytest in ``tests`` and ``quick``
 alike: ``nox -s tests-3.11 -- tests/core -k lock``. CONTRIBUTING.md has the
 habits, tests/README.md the map of the suites.
@@ -78,7 +78,7 @@ _use_pyenv(PYTHONS)
 
 
 #: The model libraries real programs use; tests and examples only, never ppy's own.
-MODEL_LIBRARIES = ("flax", "optax", "equinox", "jaxtyping")
+MODEL_LIBRARIES = ("flax", "optax", "equinox", "jaxtyping", "beartype")
 
 
 #: What the tests need besides ppy; pip and setuptools: tests install fixture

@@ -107,3 +107,34 @@ def test_a_stateless_instance_is_read_with_its_class_data() -> None:
     before = fingerprint(Config())
     Config.scale = 3.0
     assert fingerprint(Config()) != before
+
+
+def test_an_object_of_plain_settings_is_read_by_its_values() -> None:
+    """jaxtyping's config: flags in ``__dict__``, set by ``update``."""
+
+    class Settings:
+        def __init__(self) -> None:
+            self.disable = False
+            self.stack = "0"
+
+        def update(self, disable: bool) -> None:
+            self.disable = disable
+
+    first, second = Settings(), Settings()
+    assert fingerprint(first) == fingerprint(second)
+    second.update(True)
+    assert fingerprint(first) != fingerprint(second)
+
+    class Computed(Settings):
+        @property
+        def scale(self) -> float:  # what it gives is not in its state
+            return 2.0
+
+    class Holding(Settings):
+        def __init__(self) -> None:
+            super().__init__()
+            self.items = [1, 2]  # not a plain value
+
+    for unreadable in (Computed(), Holding()):
+        with pytest.raises(Unreadable):
+            fingerprint(unreadable)

@@ -68,3 +68,36 @@ def test_an_axis_jax_cannot_export_is_named(tmp_path: Path) -> None:
     root = project(tmp_path / "p", {"model.ppy": UNEXPORTABLE})
     built = run_ppy("build", cwd=root, env={"PPY_CACHE_DIR": str(tmp_path / "c")})
     assert "axis 0 '*batch' is not exportable" in built.stdout, built.stdout
+
+
+TYPECHECKED = """\
+import sys
+
+import jax
+import jax.numpy as jnp
+import jaxtyping
+from beartype import beartype
+from jaxtyping import Array, Float, jaxtyped
+
+
+@jax.jit
+@jaxtyped(typechecker=beartype)
+def total(x: Float[Array, "batch 4"]) -> Float[Array, " batch"]:
+    return x.sum(axis=-1)
+
+
+if "off" in sys.argv:
+    jaxtyping.config.update("jaxtyping_disable", True)
+print(total(jnp.ones((2, 4))), total(jnp.ones((3, 4))))
+"""
+
+
+def test_jaxtyped_with_beartype_under_jit_is_staged(tmp_path: Path) -> None:
+    """jaxtyping's own pattern: the trace reads jaxtyping's config, which is
+    compared by its values; a program that turns the checks off takes jit's path."""
+    root = project(tmp_path / "p", {"model.ppy": TYPECHECKED})
+    compared = differential(root, cache=tmp_path / "c")
+    assert compared.bound() == {"total"} and compared.staged_calls("total") == 2
+    off = differential(root, "off", cache=tmp_path / "c", build=False)
+    (fallback,) = off.fallbacks()
+    assert fallback["category"] == "captured" and "config" in str(fallback["reason"])

@@ -56,6 +56,8 @@ DEFAULT_LIMIT = 1 << 20
 #: How deep a structure is followed before it counts as unreadable.
 _DEPTH = 32
 _PLAIN = (type(None), bool, int, float, complex, str, bytes)
+#: The most attributes an object compared by its ``__dict__`` may have.
+_RECORD_FIELDS = 64
 
 #: The path step that stands for a function's ``defaults()``.
 DEFAULTS = "<defaults>"
@@ -161,8 +163,11 @@ class _Writer:
                 self.write(getattr(value, field.name), depth + 1)
         elif _is_treedef(value):  # jax's PyTreeDef: flax.nnx's GraphDef is one
             self.treedef(value, depth)
-        elif _stateless(value):  # a sentinel, such as equinox's MISSING
+        elif _record(value):  # a sentinel (equinox's MISSING), settings (jaxtyping's config)
             self.text("instance", self.name(kind))
+            for name, item in sorted(vars(value).items()):
+                self.text(name, kind.__name__)
+                self.write(item, depth + 1)
             for base in kind.__mro__[:-1]:  # what it reads from its class
                 for name, item in vars(base).items():
                     if not name.startswith("__") and not _behaviour(item):
@@ -247,15 +252,28 @@ def _is_treedef(value: Any) -> bool:
     return kind.__name__ == "PyTreeDef" and kind.__module__.startswith("jax")
 
 
-def _stateless(value: Any) -> bool:
-    """An instance of a Python class that holds nothing: its class says all.
+def _record(value: Any) -> bool:
+    """An instance of a Python class whose state is plain values: its class
+    and those values say all (a sentinel holds none; jaxtyping's config holds
+    two flags a jaxtyped trace reads).
 
-    Only instances with an empty ``__dict__`` and no ``__slots__`` count; an
-    object whose state lives in C (a lock, a file) has no ``__dict__``.
+    Only instances whose ``__dict__`` holds plain values, with no
+    ``__slots__``, no properties and no ``__getattr__`` count: what a read of
+    such an object gives is in its ``__dict__`` or its class. An object whose
+    state lives in C (a lock, a file) has no ``__dict__``.
     """
     state = getattr(value, "__dict__", None)
-    slots = any(getattr(k, "__slots__", ()) for k in type(value).__mro__)
-    return isinstance(state, dict) and not state and not slots
+    if not isinstance(state, dict) or len(state) > _RECORD_FIELDS:
+        return False
+    kind = type(value)
+    bases = kind.__mro__[:-1]
+    return (
+        all(isinstance(item, _PLAIN) for item in state.values())
+        and not any(getattr(k, "__slots__", ()) for k in bases)
+        and kind.__getattribute__ is object.__getattribute__  # type: ignore[comparison-overlap]  # the unbound slots compare
+        and not any("__getattr__" in vars(k) for k in bases)
+        and not any(isinstance(item, property) for k in bases for item in vars(k).values())
+    )
 
 
 def _behaviour(item: Any) -> bool:
