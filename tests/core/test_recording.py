@@ -70,7 +70,8 @@ def test_static_values_are_variants_and_calls_of_another_dtype_are_left_out() ->
     # Every static value is a variant, even one seen only in a call the
     # description does not serve.
     assert described["mode"].choices == ("tanh", "relu")
-    assert "Python scalar" in (described["lr"].why_not or "")
+    # A Python float in every call is what jit traces as a weak float32.
+    assert described["lr"].rendered() == "weak float32[]"
     # The second call passed float64 and another tree: it takes the original
     # path, and the description is the most called signature's.
     assert described["x"].rendered() == "float32[3]"
@@ -173,3 +174,10 @@ def test_a_recorded_reference_resolves_only_among_imported_modules() -> None:
     assert "antigravity" not in sys.modules
     # An instance is named only where its class's module holds it under a name.
     assert reference(object()) is None
+
+
+def test_python_scalars_of_two_types_are_not_described() -> None:
+    general = generalise([({"n": {"python": "int"}}, 2), ({"n": {"python": "float"}}, 1)])
+    assert general.parameters["n"].rendered() == "weak int32[]"
+    mixed = generalise([({"n": {"python": "complex"}}, 1)])
+    assert "Python complex" in (mixed.parameters["n"].why_not or "")

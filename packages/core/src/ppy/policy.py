@@ -172,8 +172,10 @@ def _render(parameter: Parameter) -> str:
     written = parameter.annotation or "?"
     if spec.shape is None and spec.dtype is None and (not spec.problems or "Literal[" in written):
         return f"{parameter.name}: {written}"
+    if spec.weak and parameter.annotation is not None:  # ``step: int``, as written
+        return f"{parameter.name}: {written}"
     dims = spec.shape if spec.shape is not None else ("?",)
-    tensor = TensorSpec(tuple(dims), spec.dtype or "?", parameter.name)
+    tensor = TensorSpec(tuple(dims), spec.dtype or "?", parameter.name, weak=spec.weak)
     return f"{tensor.name}: {tensor}"
 
 
@@ -186,7 +188,10 @@ def signature(function: FunctionInfo) -> str:
 
 def _signature(function: FunctionInfo) -> str:
     parameters = _positional(function)
-    arrays = all(p.spec.shape is not None and p.spec.dtype is not None for p in parameters)
+    arrays = all(
+        p.spec.shape is not None and p.spec.dtype is not None and not p.spec.weak
+        for p in parameters
+    )
     if arrays and not function.static:
         inputs = [
             TensorSpec(tuple(p.spec.shape or ()), p.spec.dtype or "?", p.name) for p in parameters

@@ -68,19 +68,21 @@ class MeshSpec:
 @dataclass(frozen=True)
 class TensorSpec:
     """One input or output: its dims (ints fixed, strings symbolic) and dtype;
-    on a mesh, its ``PartitionSpec`` entries (``()`` is replicated)."""
+    on a mesh, its ``PartitionSpec`` entries (``()`` is replicated); ``weak``
+    where it is weakly typed, as jit sees a Python scalar (``weak int32[]``)."""
 
     dims: tuple[Dim, ...]
     dtype: str
     name: str | None = None
     sharding: tuple[Axis, ...] | None = None
+    weak: bool = False
 
     def __str__(self) -> str:
         spec = self.sharding or ()
         dims = [
             f"{d}{_placed(spec[i] if i < len(spec) else None)}" for i, d in enumerate(self.dims)
         ]
-        return f"{self.dtype}[{','.join(dims)}]"
+        return f"{'weak ' if self.weak else ''}{self.dtype}[{','.join(dims)}]"
 
     @property
     def symbols(self) -> frozenset[str]:
@@ -92,6 +94,8 @@ class TensorSpec:
             data["name"] = self.name
         if self.sharding is not None:
             data["sharding"] = [list(a) if isinstance(a, tuple) else a for a in self.sharding]
+        if self.weak:
+            data["weak"] = True
         return data
 
     @classmethod
@@ -107,7 +111,10 @@ class TensorSpec:
             raise ValueError(f"dtype must be a string, got {dtype!r}")
         if name is not None and not isinstance(name, str):
             raise ValueError(f"name must be a string, got {name!r}")
-        return cls(tuple(dims), dtype, name, _sharding(data.get("sharding")))
+        weak = data.get("weak", False)
+        if not isinstance(weak, bool):
+            raise ValueError(f"weak must be true or false, got {weak!r}")
+        return cls(tuple(dims), dtype, name, _sharding(data.get("sharding")), weak)
 
 
 def _placed(axis: Axis) -> str:

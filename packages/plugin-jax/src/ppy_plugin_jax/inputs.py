@@ -48,8 +48,10 @@ def describe(parameter: Parameter, static: bool = False) -> dict[str, Any]:
     if spec.shape is not None and spec.dtype is not None:
         # "ppy": written with ppy.Shape/ppy.DType, which the worker checks
         # against the live annotation; jaxtyping and recordings have none.
-        written = not (spec.jaxtyping or spec.recorded)
+        written = not (spec.jaxtyping or spec.recorded or spec.weak)
         array = {"dims": list(spec.shape), "dtype": spec.dtype, "ppy": written}
+        if spec.weak:
+            array["weak"] = True
     sharding = None
     if spec.sharding is not None:
         sharding = [list(a) if isinstance(a, tuple) else a for a in spec.sharding]
@@ -128,7 +130,8 @@ class _Builder:
         if any(isinstance(d, str) for d in dims):
             shape = export.symbolic_shape(", ".join(str(d) for d in dims), scope=self.scope)
         # jax leaves ShapeDtypeStruct's constructor unannotated (here and in ``like``).
-        leaf = jax.ShapeDtypeStruct(shape, jnp.dtype(array["dtype"]))  # type: ignore[no-untyped-call]
+        weak = bool(array.get("weak", False))  # a Python scalar, as jit traces one
+        leaf = jax.ShapeDtypeStruct(shape, jnp.dtype(array["dtype"]), weak_type=weak)  # type: ignore[no-untyped-call]
         self.written[id(leaf)] = list(dims)
         return leaf
 

@@ -176,7 +176,15 @@ def _leaf_specs(
             )
         dims = described.written.get(id(leaf)) or _dims(leaf)
         sharding = described.shardings.get(id(leaf), ()) if sharded else None
-        specs.append({"name": name, "dims": dims, "dtype": str(leaf.dtype), "sharding": sharding})
+        specs.append(
+            {
+                "name": name,
+                "dims": dims,
+                "dtype": str(leaf.dtype),
+                "sharding": sharding,
+                "weak": bool(leaf.weak_type),
+            }
+        )
     return specs
 
 
@@ -374,7 +382,8 @@ def _variant(
         in_tree=inputs.digest,
         out_tree=out_recipe,
         inputs=tuple(
-            TensorSpec(tuple(s["dims"]), s["dtype"], s["name"], s["sharding"]) for s in inputs.specs
+            TensorSpec(tuple(s["dims"]), s["dtype"], s["name"], s["sharding"], s["weak"])
+            for s in inputs.specs
         ),
         outputs=tuple(
             TensorSpec(tuple(_dims(a)), str(a.dtype), None, spec_of(sharding))

@@ -430,9 +430,10 @@ def _shape_of(leaf: Any, *, mesh: Any = None) -> Any:
         # jax leaves the constructors of PartitionSpec and ShapeDtypeStruct unannotated.
         if not isinstance(sharding, NamedSharding) and mesh is not None:
             sharding = NamedSharding(mesh, PartitionSpec())  # type: ignore[no-untyped-call]
+        weak = bool(getattr(leaf, "weak_type", False))  # as jit types it
         if isinstance(sharding, NamedSharding):
-            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)  # type: ignore[no-untyped-call]
-        return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype)  # type: ignore[no-untyped-call]
+            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding, weak_type=weak)  # type: ignore[no-untyped-call]
+        return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, weak_type=weak)  # type: ignore[no-untyped-call]
     return leaf
 
 

@@ -101,6 +101,12 @@ class Guard:
             zip(args, self.specs, self.dtypes, self.dims, strict=True)
         ):
             name = _name(spec, index)
+            if spec.weak:
+                refused = _weak(arg, spec, name, self.array_types)
+                if refused is not None:
+                    return refused
+                signature.append(((), type(arg) if type(arg) in _WEAK else arg.dtype))
+                continue
             if type(arg) not in self.array_types:
                 return _not_an_array(arg, name)
             shape = tuple(arg.shape)
@@ -136,6 +142,38 @@ class Guard:
             if isinstance(solved, Unfit):
                 return Fallback(solved.category, solved.detail)
         return tuple(signature)
+
+
+#: The Python scalar a weakly typed input of each dtype takes, as jit types it
+#: without x64, and the values it can hold there.
+_WEAK: dict[type, tuple[str, tuple[int, int] | None]] = {
+    int: ("int32", (-(2**31), 2**31 - 1)),
+    float: ("float32", None),
+}
+
+
+def _weak(arg: Any, spec: TensorSpec, name: str, array_types: tuple[type, ...]) -> Fallback | None:
+    """A weakly typed input (``step: int``) takes what jit traces as one: a
+    Python scalar of its kind, or a weakly typed array of its dtype, shape ()."""
+    kind = type(arg)
+    if kind in _WEAK:
+        dtype, bounds = _WEAK[kind]
+        if dtype != spec.dtype:
+            return Fallback("dtype", f"{name} is a Python {kind.__name__}, staged for {spec}")
+        if bounds is not None and not bounds[0] <= arg <= bounds[1]:
+            # jit refuses it too, with jax's own OverflowError
+            return Fallback("scalar", f"{name} is an int outside int32")
+        return None
+    weak = getattr(arg, "weak_type", False)
+    if kind in array_types and weak and tuple(arg.shape) == () and str(arg.dtype) == spec.dtype:
+        return None
+    if kind in array_types:
+        return Fallback(
+            "dtype",
+            f"{name} is a {'' if weak else 'strongly typed '}"
+            f"{arg.dtype}{list(arg.shape)}, staged for {spec} (a Python scalar)",
+        )
+    return _not_an_array(arg, name)
 
 
 def _placed(arg: Any) -> str:

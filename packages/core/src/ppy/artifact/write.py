@@ -86,9 +86,10 @@ def _decision_json(decision: Decision) -> dict[str, Any]:
 
 def _manifest_spec(spec: TensorSpec) -> dict[str, Any]:
     """A spec as format 1 writes it: dims and dtype. How a sharded export's
-    leaves are laid out is its payload's (the contract's variants and mesh);
-    the build line and the decision's signature show it."""
-    return replace(spec, sharding=None).to_json()
+    leaves are laid out, and which are weakly typed, is its payload's (the
+    contract's variants and mesh); the build line and the decision's
+    signature show it."""
+    return replace(spec, sharding=None, weak=False).to_json()
 
 
 def _entry_json(entry: Entry) -> dict[str, Any]:

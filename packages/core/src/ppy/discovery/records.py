@@ -47,6 +47,8 @@ class ArraySpec:
     sharding: tuple[Axis, ...] | None = None
     #: Read from recorded calls (``ppy record``), not from an annotation.
     recorded: bool = False
+    #: A Python scalar (``int``, ``float``): weakly typed, as jit traces one.
+    weak: bool = False
 
 
 @dataclass(frozen=True)

@@ -102,12 +102,20 @@ class Specs:
             return Parameter(name, kind, None, ArraySpec(None, None), has_default)
         found = _SpecFound()
         self._read_spec(annotation, found, seen=frozenset())
+        scalar = self.resolve(annotation) if isinstance(annotation, ast.Name) else None
+        if scalar in _WEAK and found.shape is None and found.dtype is None:
+            found.shape, found.dtype, found.weak = (), _WEAK[scalar], True
         return Parameter(
             name,
             kind,
             ast.unparse(annotation),
             ArraySpec(
-                found.shape, found.dtype, tuple(found.problems), found.jaxtyping, found.sharding
+                found.shape,
+                found.dtype,
+                tuple(found.problems),
+                found.jaxtyping,
+                found.sharding,
+                weak=found.weak,
             ),
             has_default,
             like=found.like,
@@ -295,7 +303,13 @@ class _SpecFound:
     choices: tuple[object, ...] | None = None
     jaxtyping: bool = False
     sharding: tuple[Axis, ...] | None = None
+    weak: bool = False
     problems: list[str] = field(default_factory=list)
+
+
+#: A traced parameter annotated with a Python scalar type is what jit sees
+#: for one: a weakly typed scalar of jax's default dtype (without x64).
+_WEAK = {"int": "int32", "float": "float32"}
 
 
 def _literal_values(node: ast.expr) -> tuple[tuple[object, ...] | None, str | None]:

@@ -97,7 +97,7 @@ class JaxExport(Kind):
     #: ``jax.export.Exported.serialize()`` bytes; ``stablehlo``, the module's
     #: text, UTF-8, for people and tools (the runtime reads ``export``).
     MEMBERS: ClassVar[tuple[str, ...]] = ("export", "stablehlo")
-    CONVENTION: ClassVar[int] = 5
+    CONVENTION: ClassVar[int] = 6
     #: How the inputs are laid out: on one device, or over ``mesh``.
     IN_SHARDINGS: ClassVar[tuple[str, ...]] = ("replicated", "mesh")
     #: The most variants one entry holds (the product of its static choices).

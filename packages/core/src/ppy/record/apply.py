@@ -70,7 +70,7 @@ def _described(
         return parameter
     if parameter.spec.shape is not None or parameter.spec.dtype is not None:
         return parameter  # half described: the annotation's own remedy says what is missing
-    spec = ArraySpec(shape=recorded.dims, dtype=recorded.dtype, recorded=True)
+    spec = ArraySpec(shape=recorded.dims, dtype=recorded.dtype, recorded=True, weak=recorded.weak)
     return dataclasses.replace(parameter, spec=spec)
 
 

@@ -40,10 +40,13 @@ class Described:
     #: A pytree of arrays: the structure as recorded, each array leaf as
     #: ``{"dims": [...], "dtype": ...}`` (and None as ``{"none": true}``).
     nest: dict[str, Any] | None = None
+    #: A Python scalar in every call: weakly typed, as jit traces one.
+    weak: bool = False
 
     def rendered(self) -> str:
         if self.dtype is not None and self.dims is not None:
-            return f"{self.dtype}[{','.join(str(d) for d in self.dims)}]"
+            weak = "weak " if self.weak else ""
+            return f"{weak}{self.dtype}[{','.join(str(d) for d in self.dims)}]"
         if self.nest is not None:
             return _render_nest(self.nest)
         if self.choices is not None:
@@ -63,6 +66,11 @@ class General:
 
     def rendered(self) -> dict[str, str]:
         return {name: described.rendered() for name, described in self.parameters.items()}
+
+
+#: The Python scalars jit traces as a weakly typed scalar of one dtype
+#: (without x64), and that dtype: a step counter, a learning rate.
+WEAK_SCALARS: Final = {"int": "int32", "float": "float32"}
 
 
 def generalise(recorded: Sequence[tuple[Mapping[str, Any], int]]) -> General:
@@ -96,6 +104,14 @@ def generalise(recorded: Sequence[tuple[Mapping[str, Any], int]]) -> General:
                 continue
             parsed = [parse_array(v["array"]) for v in values if v is not None]
             arrays[name] = (parsed[0][0], [shape for _, shape in parsed])
+        elif kinds == {"python"} and len({v["python"] for v in values if v}) == 1:
+            kind = next(v["python"] for v in values if v)
+            weak = WEAK_SCALARS.get(kind)
+            general.parameters[name] = (
+                Described(dims=(), dtype=weak, weak=True)
+                if weak is not None
+                else Described(why_not=f"a Python {kind}, which jit traces as no array ppy stages")
+            )
         else:
             general.parameters[name] = Described(why_not=_other(kinds))
     symbols = _symbols(arrays)
@@ -248,7 +264,7 @@ def _other(kinds: set[str | None]) -> str:
     """Why an input of one kind in every call (``_consistent``) is not described."""
     kind = next(iter(kinds))
     return {
-        "python": "a Python scalar, which jit treats as a weakly typed value; pass an array",
+        "python": "a Python scalar of several types across the calls",
         "none": "always None",
     }.get(str(kind), f"a {kind}")
 
