@@ -107,6 +107,9 @@ def _log() -> Any:
     return get_logger()
 
 
+#: The cache directories found unwritable in this process, warned of once.
+_UNWRITABLE: set[str] = set()
+
 class ExecutableCache:
     """Executables by key, one file each, checked on every read."""
 
@@ -190,7 +193,10 @@ class ExecutableCache:
         try:
             self.put(key, data)
         except OSError as error:
-            _log().warning(
+            # Once per directory and process: every later entry fails alike.
+            warned = str(self.directory) in _UNWRITABLE
+            _UNWRITABLE.add(str(self.directory))
+            (_log().debug if warned else _log().warning)(
                 "cache.unwritable",
                 path=str(self.directory),
                 error=str(error),

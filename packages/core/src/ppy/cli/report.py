@@ -29,7 +29,8 @@ def build_lines(decisions: Sequence[Decision], plugins: Registry) -> Iterator[st
         yield "no candidate functions (nothing decorated with a stageable decorator)"
         return
     rows = [
-        (d.module, d.qualname, _word(d, plugins), d.kind or "-", d.signature) for d in decisions
+        (d.module, d.qualname, _word(d, plugins), d.kind or "-", _clipped(d.signature))
+        for d in decisions
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     for cols, decision in zip(rows, decisions, strict=True):
@@ -40,6 +41,18 @@ def build_lines(decisions: Sequence[Decision], plugins: Registry) -> Iterator[st
         if decision.output:
             for line in decision.output.rstrip().splitlines():
                 yield f"    | {line}"
+
+
+#: The most of a signature a build line shows: a pytree of a thousand leaves
+#: would pad every line of the table to its width. ``ppy explain`` and
+#: ``ppy inspect`` show it whole.
+SIGNATURE_WIDTH = 120
+
+
+def _clipped(signature: str) -> str:
+    if len(signature) <= SIGNATURE_WIDTH:
+        return signature
+    return signature[: SIGNATURE_WIDTH - 5] + " ...)"
 
 
 def summary(decisions: Sequence[Decision]) -> str:
