@@ -26,6 +26,7 @@ XLA = "plugin-xla"
 XLA_SPEED = "xla calls and loops"
 PROGRAMS = "real programs"
 SHARDING = "sharded exports"
+EDGES = "edges"
 
 _OPS = {"<": operator.lt, "<=": operator.le, ">=": operator.ge}
 
@@ -110,10 +111,41 @@ _RECORDING = (
     Target(RECORD, UNANNOTATED, "first call", "ppy run warm", "python", "<", 0.2, 9),
 )
 
+#: The edges' costs: a cold run (an empty executable cache) next to python
+#: in every case that runs one, a call that falls back next to a jitted
+#: call, and a cold build with verify-sizes next to one without.
+_COLD_CASES = (
+    "page example",
+    *(f"deep model, {layers} layers" for layers in (10, 40, 80)),
+    "optax training",
+    "nothing staged",
+    SHARDED,
+)
+_EDGES = (
+    *(
+        Target(EDGES, case, "whole process", "ppy run cold", "python", "<=", 1.02, 9)
+        for case in _COLD_CASES
+    ),
+    Target(EDGES, "per-call overhead", "fallback (refused input)", "staged", "jitted", "<=", 1.5),
+    *(
+        Target(
+            EDGES,
+            f"ppy build, {n} functions",
+            "build",
+            "cold, no verify-sizes",
+            "cold",
+            ">=",
+            1 / 1.5,
+        )
+        for n in (1, 10, 50)
+    ),
+)
+
 TARGETS: tuple[Target, ...] = (
     *_startup_targets((10, 40, 80)),
     *_WARM_TARGETS,
     *_RECORDING,
+    *_EDGES,
     Target(RUNTIME, "per-call overhead", "small input (8x4)", "staged", "jitted", "<=", 1.3),
     Target(RUNTIME, "per-call overhead", "medium input (64x256)", "staged", "jitted", "<=", 1.3),
     Target(PROGRAMS, "per-call overhead", "10-leaf params tree", "staged", "jitted", "<=", 1.1),

@@ -110,6 +110,7 @@ def _log() -> Any:
 #: The cache directories found unwritable in this process, warned of once.
 _UNWRITABLE: set[str] = set()
 
+
 class ExecutableCache:
     """Executables by key, one file each, checked on every read."""
 

@@ -284,7 +284,7 @@ class Definitions:
             yield self._parameter(args.kwarg, "var_keyword", False)
 
     def _parameter(self, arg: ast.arg, kind: ParameterKind, has_default: bool) -> Parameter:
-        return self.specs.describe(arg.arg, kind, arg.annotation, has_default)
+        return self.specs.describe(arg.arg, kind, arg.annotation, has_default, scalar=True)
 
     def classes(self) -> dict[str, ClassInfo]:
         """Every module-level class, with the form that makes its fields a tree."""

@@ -95,16 +95,26 @@ class Specs:
         return self.names.resolve(node)
 
     def describe(
-        self, name: str, kind: ParameterKind, annotation: ast.expr | None, has_default: bool
+        self,
+        name: str,
+        kind: ParameterKind,
+        annotation: ast.expr | None,
+        has_default: bool,
+        *,
+        scalar: bool = False,
     ) -> Parameter:
-        """A parameter or field with everything its annotation describes."""
+        """A parameter or field with everything its annotation describes.
+
+        ``scalar``: a function's parameter, where ``int`` or ``float`` is a
+        Python scalar jit traces (a class's field of that type is its own
+        value, static or not, which the class's example says)."""
         if annotation is None:
             return Parameter(name, kind, None, ArraySpec(None, None), has_default)
         found = _SpecFound()
         self._read_spec(annotation, found, seen=frozenset())
-        scalar = self.resolve(annotation) if isinstance(annotation, ast.Name) else None
-        if scalar in _WEAK and found.shape is None and found.dtype is None:
-            found.shape, found.dtype, found.weak = (), _WEAK[scalar], True
+        python = self.resolve(annotation) if scalar and isinstance(annotation, ast.Name) else None
+        if python in _WEAK and found.shape is None and found.dtype is None:
+            found.shape, found.dtype, found.weak = (), _WEAK[python], True
         return Parameter(
             name,
             kind,
