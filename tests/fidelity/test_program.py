@@ -4,9 +4,13 @@ function's surface, a syntax error.
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
+from tests.conftest import run_ppy
 from tests.fidelity.support import differential, project
 
 STAGED = """\
@@ -170,3 +174,31 @@ for out in with_constants(x):
     assert compared.bound() == {"score", "with_constants"}
     assert compared.staged_calls("with_constants") == 1
     assert "float32 True bfloat16" in compared.python.stdout
+
+
+def test_a_staged_call_loads_lapack_only_where_the_function_calls_it(tmp_path: Path) -> None:
+    """jit loads scipy.linalg for LAPACK only when a function calls a LAPACK
+    routine; a cold staged call does the same, so the program sees the same
+    modules. (A warm run's server has loaded what it loads ahead of time.)
+    The warm run's executable comes from the cache, not lowered: LAPACK's
+    function pointers must be filled in for it all the same, or it crashes."""
+    root = project(
+        tmp_path / "p",
+        {
+            "model.ppy": STAGED + "import sys\n"
+            "@jax.jit\n"
+            "def inverse(m: Annotated[jax.Array, ppy.Shape(3, 3), ppy.DType('float32')]):\n"
+            "    return jnp.linalg.inv(m)\n\n"
+            "loaded = (lambda: 'scipy.linalg' in sys.modules) if sys.argv[1:] else (lambda: '')\n"
+            "print(score(jnp.ones((2, 4))), loaded())\n"
+            "print(inverse(jnp.eye(3) * 2.0), loaded())\n"
+        },
+    )
+    compared = differential(root, cache=tmp_path / "c")
+    assert compared.staged_calls("score") == 1 and compared.staged_calls("inverse") == 1
+    environ = {**os.environ, "PPY_CACHE_DIR": str(tmp_path / "cold")}
+    plain = subprocess.run(
+        [sys.executable, "model.ppy", "modules"], cwd=root, capture_output=True, text=True
+    )
+    cold = run_ppy("run", "model.ppy", "modules", cwd=root, env=environ)
+    assert cold.stdout == plain.stdout and "False" in plain.stdout.splitlines()[0], cold.stdout

@@ -21,8 +21,10 @@ fast path as a freshly compiled one; only that wrapper differs.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -188,6 +190,7 @@ class Executables:
         if self.cache is not None:
             data = self.cache.get(key)
             if data is not None:
+                _lapack_ready(self.exported)
                 compiled = self._deserialize(key, data, shaped)
                 if compiled is not None:
                     return fast_call(compiled), "cache"
@@ -220,7 +223,7 @@ class Executables:
             self.serve, static_argnums=self.static_argnums, static_argnames=self.static_argnames
         )
         try:
-            with unstaged.staging():
+            with unstaged.staging(), _lapack_if_called(self.exported):
                 return function.lower(*shaped.args, **shaped.kwargs).compile()
         except Exception as error:
             lines = str(error).splitlines() or [""]
@@ -240,3 +243,67 @@ class Executables:
             )
             return None
         return bytes(data)
+
+
+def _calls_lapack(exported: Any) -> bool:
+    """Whether the export's module calls a LAPACK routine: a custom call
+    named ``lapack_...`` (``jnp.linalg.inv``, ``eigh``, ...)."""
+    return b"lapack" in bytes(getattr(exported, "mlir_module_serialized", b"lapack"))
+
+
+def _lapack_ready(exported: Any) -> None:
+    """Fill in LAPACK's function pointers for an executable that calls them.
+
+    jax does it while it lowers such a module; an executable read back from
+    the cache is not lowered, and would call through null pointers.
+    """
+    if _calls_lapack(exported):
+        from jax._src.lax import linalg
+
+        linalg.initialize_lapack()  # type: ignore[no-untyped-call]  # jax leaves it unannotated
+
+
+#: Set, in the thread lowering an export, while that export calls no LAPACK routine.
+_no_lapack = threading.local()
+
+
+@contextlib.contextmanager
+def _lapack_if_called(exported: Any) -> Iterator[None]:
+    """Lower ``exported`` without loading LAPACK where it calls none of it.
+
+    jax's lowering of any export for the CPU first fills in LAPACK's
+    function pointers, from ``scipy.linalg``, whose import is about a fifth
+    of a second: a cost the jitted function never pays unless it calls a
+    LAPACK routine (``jnp.linalg.inv``, ``eigh``, ...). Such a routine is a
+    custom call named ``lapack_...`` in the module: where the module names
+    none, the step is skipped for this thread's lowering.
+    """
+    if _calls_lapack(exported):
+        yield
+        return
+    _no_lapack.active = True
+    try:
+        yield
+    finally:
+        _no_lapack.active = False
+
+
+def _skip_lapack_where_unused() -> None:
+    """Wrap jax's step once, so that ``_lapack_if_called`` can step it aside."""
+    try:
+        from jax._src.export import _export
+    except ImportError:
+        return
+    step = getattr(_export, "_ensure_backends_initialized", None)
+    if step is None or getattr(step, "__ppy__", False):
+        return
+
+    def ensure_backends_initialized(platforms: tuple[str, ...]) -> None:
+        if not getattr(_no_lapack, "active", False):
+            step(platforms)
+
+    ensure_backends_initialized.__ppy__ = True  # type: ignore[attr-defined]
+    _export._ensure_backends_initialized = ensure_backends_initialized
+
+
+_skip_lapack_where_unused()
