@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from ppy.discovery.imports import Names, module_statements
+from ppy.discovery.imports import Names, is_main_guard, module_statements
 from ppy.discovery.records import (
     ArraySpec,
     ClassInfo,
@@ -108,7 +108,7 @@ class Definitions:
         self._main = {
             id(node)
             for block in tree.body
-            if isinstance(block, ast.If) and _is_main_test(block.test)
+            if isinstance(block, ast.If) and is_main_guard(block.test)
             for node in ast.walk(block)
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
         }
@@ -354,14 +354,3 @@ def _class_statements(body: Sequence[ast.stmt]) -> Iterator[ast.stmt]:
 
 def _unsubscript(node: ast.expr) -> ast.expr:
     return node.value if isinstance(node, ast.Subscript) else node
-
-
-def _is_main_test(test: ast.expr) -> bool:
-    """``__name__ == "__main__"``, either way round."""
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
-        return False
-    sides = {ast.unparse(test.left), ast.unparse(test.comparators[0])}
-    return isinstance(test.ops[0], ast.Eq) and sides in (
-        {"__name__", "'__main__'"},
-        {"__name__", '"__main__"'},
-    )

@@ -12,7 +12,7 @@ import ast
 from collections.abc import Iterator, Sequence
 from typing import Final
 
-__all__ = ["Names", "imported_modules", "module_statements"]
+__all__ = ["Names", "imported_modules", "is_main_guard", "module_statements"]
 
 _TYPE_ALIAS: Final = frozenset({"typing.TypeAlias", "typing_extensions.TypeAlias"})
 
@@ -77,6 +77,18 @@ def module_statements(body: Sequence[ast.stmt]) -> Iterator[ast.stmt]:
                 yield from module_statements(handler.body)
             yield from module_statements(statement.orelse)
             yield from module_statements(statement.finalbody)
+
+
+def is_main_guard(test: ast.expr) -> bool:
+    """``__name__ == "__main__"``, either way round: the test of a block
+    that runs only when the module is the program."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return False
+    sides = {ast.unparse(test.left), ast.unparse(test.comparators[0])}
+    return isinstance(test.ops[0], ast.Eq) and sides in (
+        {"__name__", "'__main__'"},
+        {"__name__", '"__main__"'},
+    )
 
 
 def _import_names(node: ast.Import | ast.ImportFrom, module: str) -> Iterator[tuple[str, str]]:

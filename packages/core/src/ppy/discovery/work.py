@@ -18,7 +18,7 @@ import ast
 from collections.abc import Iterator, Sequence
 from typing import Final
 
-from ppy.discovery.imports import Names
+from ppy.discovery.imports import Names, is_main_guard
 from ppy.discovery.records import ModuleInfo
 
 __all__ = ["SETUP", "importing_work", "work"]
@@ -60,7 +60,7 @@ def work(tree: ast.Module, names: Names) -> tuple[str, ...]:
 def _work(body: Sequence[ast.stmt], names: Names) -> Iterator[ast.stmt]:
     for statement in body:
         if isinstance(statement, ast.If):
-            if not _main_guard(statement.test):
+            if not is_main_guard(statement.test):
                 yield from _work(statement.body, names)
                 yield from _work(statement.orelse, names)
         elif isinstance(statement, ast.Try):
@@ -84,17 +84,6 @@ def _effect(value: ast.expr, names: Names) -> bool:
     if not isinstance(value, ast.Call):
         return False
     return names.resolve(value.func) not in SETUP
-
-
-def _main_guard(test: ast.expr) -> bool:
-    """``__name__ == "__main__"``, either way round."""
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
-        return False
-    sides = {ast.unparse(test.left), ast.unparse(test.comparators[0])}
-    return isinstance(test.ops[0], ast.Eq) and sides in (
-        {"__name__", "'__main__'"},
-        {"__name__", '"__main__"'},
-    )
 
 
 def importing_work(modules: Sequence[ModuleInfo]) -> dict[str, tuple[str, str]]:
