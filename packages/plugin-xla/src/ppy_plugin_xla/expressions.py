@@ -267,6 +267,8 @@ class Expressions(ABC):
             return num.as_int(operand)
         if isinstance(node.op, ast.USub):
             if operand.type == "float":
+                if operand.const is not None:  # ``-1.0``: a constant, as CPython folds it
+                    return num.f(-float(operand.const))
                 return b.negate(operand)
             operand = num.as_int(operand)
             if operand.const is not None and operand.const != I64_MIN:

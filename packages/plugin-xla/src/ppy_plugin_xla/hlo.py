@@ -74,6 +74,10 @@ class Builder:
     counter: list[int] = field(default_factory=lambda: [0])
     depth: int = 2
     scratch: bool = False
+    #: Ops at the top of ``main``, before the body: what every region reads.
+    prologue: list[str] = field(default_factory=list)
+    #: The mask ``negate`` flips a sign with, once written (``_sign_mask``).
+    sign: Value | None = None
 
     def fresh(self) -> str:
         self.counter[0] += 1
@@ -93,7 +97,8 @@ class Builder:
             f'{name} = "stablehlo.constant"() {{value = dense<{literal}> : '
             f"tensor<{element}>}} : () -> tensor<{element}>"
         )
-        if kind == "float" and literal == _literal("float", 0.0):
+        if kind == "float" and literal in (_literal("float", 0.0), _literal("float", -0.0)):
+            # x + 0.0 and x - -0.0 are not x at -0.0, whatever a folder says
             name = self.opaque(Value(name, kind)).name
         if kind == "bool":
             return Value(name, kind, bool(value))
@@ -149,9 +154,21 @@ class Builder:
         the unknown zero shifted into it (shifted, because LLVM knows that the
         top bit of a replica id widened to 64 bits is clear).
         """
-        unknown = self.binary("shift_left", self._unknown_zero(), self.const("int", 63))
-        sign = self.binary("xor", self.const("int", -(1 << 63)), unknown)
+        sign = self._sign_mask()
         return self.bitcast(self.binary("xor", self.bitcast(a, "int"), sign), "float")
+
+    def _sign_mask(self) -> Value:
+        """The sign bit, by the unknown zero shifted into it, written once at
+        the top of ``main``: a negation in a loop pays one ``xor``."""
+        if self.sign is None:
+            lines, depth, scratch = self.lines, self.depth, self.scratch
+            self.lines, self.depth, self.scratch = self.prologue, 2, False
+            try:
+                unknown = self.binary("shift_left", self._unknown_zero(), self.const("int", 63))
+                self.sign = self.binary("xor", self.const("int", -(1 << 63)), unknown)
+            finally:
+                self.lines, self.depth, self.scratch = lines, depth, scratch
+        return self.sign
 
     def opaque(self, a: Value) -> Value:
         """``a``, as a value the backend cannot fuse with what uses it."""
@@ -289,7 +306,7 @@ class Builder:
             "(tensor<1xi64>, tensor<1xi64>) -> tensor<2xi64>"
         )
         header = f"%args: tensor<{count}xi64>" if count else ""
-        body = "\n".join(self.lines)
+        body = "\n".join([*self.prologue, *self.lines])
         return (
             "module @ppy_xla_scalar {\n"
             f"  func.func public @main({header}) -> (tensor<2xi64>) {{\n"
