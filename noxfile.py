@@ -38,6 +38,10 @@ nox.options.reuse_existing_virtualenvs = True
 #: README's test command installs it): the same packages, a few times faster
 #: than pip, which is most of what the sessions besides pytest spend.
 nox.options.default_venv_backend = "uv|virtualenv"
+#: As pip does, uv compiles what it installs to bytecode: where the
+#: environment sets PYTHONDONTWRITEBYTECODE (CI's does), no process writes
+#: any, and each of the suite's thousand would compile jax from source.
+os.environ.setdefault("UV_COMPILE_BYTECODE", "1")
 
 CORE = "./packages/core"
 RUNTIME = "./packages/runtime-pjrt"
