@@ -170,9 +170,10 @@ def _render(parameter: Parameter) -> str:
     if parameter.tree is not None:
         return f"{parameter.name}: {parameter.tree}"
     written = parameter.annotation or "?"
-    if spec.shape is None and spec.dtype is None and (not spec.problems or "Literal[" in written):
-        return f"{parameter.name}: {written}"
-    if spec.weak and parameter.annotation is not None:  # ``step: int``, as written
+    undescribed = spec.shape is None and spec.dtype is None
+    if (undescribed and (not spec.problems or "Literal[" in written)) or (
+        spec.weak and parameter.annotation is not None  # ``step: int``, as written
+    ):
         return f"{parameter.name}: {written}"
     dims = spec.shape if spec.shape is not None else ("?",)
     tensor = TensorSpec(tuple(dims), spec.dtype or "?", parameter.name, weak=spec.weak)

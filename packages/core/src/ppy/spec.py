@@ -10,13 +10,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
-__all__ = ["AXIS_TYPES", "Axis", "Dim", "MeshSpec", "TensorSpec", "format_signature"]
+__all__ = [
+    "AXIS_TYPES",
+    "WEAK_SCALARS",
+    "Axis",
+    "Dim",
+    "MeshSpec",
+    "TensorSpec",
+    "format_signature",
+]
 
 Dim = int | str
 #: One entry of a ``PartitionSpec``: not sharded, one mesh axis, or several.
 Axis = str | tuple[str, ...] | None
+
+#: The Python scalars jit traces as a weakly typed scalar of one dtype
+#: (without x64), by type name: a step counter, a learning rate. A parameter
+#: annotated with one, or recorded with one, is a ``weak`` ``TensorSpec``.
+WEAK_SCALARS: Final = {"int": "int32", "float": "float32"}
 #: ``jax.sharding.AxisType`` members, as the configuration and the artifact name them.
 AXIS_TYPES = ("explicit", "auto", "manual")
 

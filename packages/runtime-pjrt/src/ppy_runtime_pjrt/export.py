@@ -35,7 +35,7 @@ from ppy.runtime import ORIGINAL, ManagedRuntime, NotBound
 from ppy_runtime_pjrt import unstaged
 from ppy_runtime_pjrt.calls import Bound, Calls
 from ppy_runtime_pjrt.conditions import Conditions
-from ppy_runtime_pjrt.guard import Fallback, Guard, Signature
+from ppy_runtime_pjrt.guard import Fallback, Guard, Signature, type_name
 from ppy_runtime_pjrt.placement import Placed, Placement
 
 if TYPE_CHECKING:
@@ -411,10 +411,9 @@ class Route:
 def _shown(value: Any) -> str:
     """A static value as the variants tell it apart: by its exact type too, so a
     ``str`` subclass equal to a staged ``"a"`` is named as what it is."""
-    kind = type(value)
-    if kind in (bool, int, str, type(None)):
+    if type(value) in (bool, int, str, type(None)):
         return repr(value)
-    return f"{value!r} (a {kind.__module__}.{kind.__qualname__})"
+    return f"{value!r} (a {type_name(type(value))})"
 
 
 def _shape_of(leaf: Any, *, mesh: Any = None) -> Any:

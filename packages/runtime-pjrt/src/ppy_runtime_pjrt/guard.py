@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ppy.spec import TensorSpec
+from ppy.spec import WEAK_SCALARS, TensorSpec
 
 from ppy_runtime_pjrt.dims import DimExpr, Unfit, Use, parse_dim, solve
 
-__all__ = ["Fallback", "Guard", "Signature"]
+__all__ = ["Fallback", "Guard", "Signature", "type_name"]
 
 #: The concrete (shape, dtype) of each positional argument.
 Signature = tuple[tuple[tuple[int, ...], Any], ...]
@@ -144,12 +144,9 @@ class Guard:
         return tuple(signature)
 
 
-#: The Python scalar a weakly typed input of each dtype takes, as jit types it
-#: without x64, and the values it can hold there.
-_WEAK: dict[type, tuple[str, tuple[int, int] | None]] = {
-    int: ("int32", (-(2**31), 2**31 - 1)),
-    float: ("float32", None),
-}
+#: The Python scalars a weakly typed input takes (``WEAK_SCALARS``).
+_WEAK = (int, float)
+_INT32 = (-(2**31), 2**31 - 1)
 
 
 def _weak(arg: Any, spec: TensorSpec, name: str, array_types: tuple[type, ...]) -> Fallback | None:
@@ -157,10 +154,9 @@ def _weak(arg: Any, spec: TensorSpec, name: str, array_types: tuple[type, ...]) 
     Python scalar of its kind, or a weakly typed array of its dtype, shape ()."""
     kind = type(arg)
     if kind in _WEAK:
-        dtype, bounds = _WEAK[kind]
-        if dtype != spec.dtype:
+        if WEAK_SCALARS[kind.__name__] != spec.dtype:
             return Fallback("dtype", f"{name} is a Python {kind.__name__}, staged for {spec}")
-        if bounds is not None and not bounds[0] <= arg <= bounds[1]:
+        if kind is int and not _INT32[0] <= arg <= _INT32[1]:
             # jit refuses it too, with jax's own OverflowError
             return Fallback("scalar", f"{name} is an int outside int32")
         return None
@@ -190,5 +186,12 @@ def _not_an_array(arg: Any, name: str) -> Fallback:
         return Fallback("scalar", f"{name} is a NumPy scalar ({type(arg).__name__})")
     if isinstance(arg, list | tuple):
         return Fallback("list", f"{name} is a {type(arg).__name__}, not an array")
-    kind = type(arg)
-    return Fallback("type", f"{name} is a {kind.__module__}.{kind.__qualname__}, not an array")
+    return Fallback("type", f"{name} is a {type_name(type(arg))}, not an array")
+
+
+def type_name(kind: type) -> str:
+    """A type as a reader tells it apart: ``numpy.int64``, not ``int64``; a
+    builtin by its own name."""
+    if kind.__module__ == "builtins":
+        return kind.__qualname__
+    return f"{kind.__module__}.{kind.__qualname__}"

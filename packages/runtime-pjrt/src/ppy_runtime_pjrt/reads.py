@@ -62,7 +62,7 @@ def _holds(kind: str, what: str, value: Any, module: str) -> bool:
         if type(value) is not _TYPES[kind]:
             return False
         if kind == "float":
-            return struct.pack(">d", value).hex() == what
+            return _bits(value) == what
         return str(value) == what
     if kind == "builtin":  # the module binds no such name: Python finds the builtin
         return value is _ABSENT and getattr(builtins, what, None) is _BUILTINS.get(what)
@@ -91,7 +91,7 @@ def _compiled(value: Any, qualname: str, module: str) -> bool:
     )
 
 
-def _bits(value: float) -> str:
+def _bits(value: Any) -> str:
     return struct.pack(">d", value).hex()
 
 

@@ -6,9 +6,9 @@ within int64, ``bool``; a float argument that is subnormal is excluded, since
 XLA's CPU runtime flushes those to zero) and only when the module's fallback
 flag stays clear, and only while every module-level name the body reads is
 what the build compiled (``reads``); every other call runs the original
-Python body, so the caller sees what CPython computes, exceptions included. The module is
-compiled on the first call, once per process, or loaded from the executable
-cache.
+Python body, so the caller sees what CPython computes, exceptions included.
+The module is compiled on the first call, once per process, or loaded from
+the executable cache.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from ppy.kinds.base import KindError
 from ppy.kinds.xla_scalar import INT64_MAX, INT64_MIN, MIN_NORMAL_FLOAT64, XlaScalar
 from ppy.runtime import NotBound, Runtime
 
+from ppy_runtime_pjrt.guard import type_name
 from ppy_runtime_pjrt.reads import Reads
 
 __all__ = ["LoggedScalar", "ScalarRuntime", "StagedScalar"]
@@ -91,7 +92,8 @@ class StagedScalar:
             return "count", f"called with {len(args)} arguments, staged for {len(self.param_types)}"
         for value, kind in zip(args, self.param_types, strict=True):
             if type(value) is not _TYPES[kind]:
-                return "type", f"an argument of type {_named(type(value))} where {kind} was staged"
+                given = type_name(type(value))
+                return "type", f"an argument of type {given} where {kind} was staged"
             if kind == "int" and not INT64_MIN <= cast(int, value) <= INT64_MAX:
                 return "range", "an int argument outside int64"
             if kind == "float" and value != 0.0 and abs(cast(float, value)) < MIN_NORMAL_FLOAT64:
@@ -156,13 +158,6 @@ class StagedScalar:
             return self._fallback(("compile", self._broken or "not compiled"), *args)
         self._call = executable.call
         return StagedScalar.__call__(self, *args)  # now the fast path; logged once under -v
-
-
-def _named(kind: type) -> str:
-    """A type as a reader tells it apart: ``numpy.bool`` is not ``bool``."""
-    if kind.__module__ == "builtins":
-        return kind.__qualname__
-    return f"{kind.__module__}.{kind.__qualname__}"
 
 
 class LoggedScalar(StagedScalar):

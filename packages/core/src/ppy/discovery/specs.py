@@ -15,7 +15,7 @@ from typing import Final
 from ppy.annotations import check_axis, check_dim, check_dtype
 from ppy.discovery.imports import Names
 from ppy.discovery.records import ArraySpec, Parameter, ParameterKind
-from ppy.spec import Axis
+from ppy.spec import WEAK_SCALARS, Axis
 
 __all__ = ["Specs"]
 
@@ -113,8 +113,8 @@ class Specs:
         found = _SpecFound()
         self._read_spec(annotation, found, seen=frozenset())
         python = self.resolve(annotation) if scalar and isinstance(annotation, ast.Name) else None
-        if python in _WEAK and found.shape is None and found.dtype is None:
-            found.shape, found.dtype, found.weak = (), _WEAK[python], True
+        if python in WEAK_SCALARS and found.shape is None and found.dtype is None:
+            found.shape, found.dtype, found.weak = (), WEAK_SCALARS[python], True
         return Parameter(
             name,
             kind,
@@ -315,11 +315,6 @@ class _SpecFound:
     sharding: tuple[Axis, ...] | None = None
     weak: bool = False
     problems: list[str] = field(default_factory=list)
-
-
-#: A traced parameter annotated with a Python scalar type is what jit sees
-#: for one: a weakly typed scalar of jax's default dtype (without x64).
-_WEAK = {"int": "int32", "float": "float32"}
 
 
 def _literal_values(node: ast.expr) -> tuple[tuple[object, ...] | None, str | None]:

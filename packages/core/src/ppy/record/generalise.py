@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ppy.record.signatures import parse_array
+from ppy.spec import WEAK_SCALARS
 
 __all__ = ["Described", "General", "generalise"]
 
@@ -66,11 +67,6 @@ class General:
 
     def rendered(self) -> dict[str, str]:
         return {name: described.rendered() for name, described in self.parameters.items()}
-
-
-#: The Python scalars jit traces as a weakly typed scalar of one dtype
-#: (without x64), and that dtype: a step counter, a learning rate.
-WEAK_SCALARS: Final = {"int": "int32", "float": "float32"}
 
 
 def generalise(recorded: Sequence[tuple[Mapping[str, Any], int]]) -> General:
