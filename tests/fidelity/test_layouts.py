@@ -81,15 +81,17 @@ def inner(x: Batch) -> jax.Array:
         },
     )
     compared = differential(root, cache=tmp_path / "c", quiet_stderr=None)
-    assert not compared.bound()
+    # Under the main guard: staged where jax.jit makes it, as the program runs.
+    assert compared.bound() == {"local"} and compared.staged_calls("local") == 1
     decisions = {d.qualname: d for d in read_artifact(root / ".ppy" / "artifact.ppyz").decisions}
     assert decisions["coded"].rule == "invalid-spec"
     assert "model.ppy:13: Literal[b'a', b'b'] holds b'a', a bytes" in decisions["coded"].reason
     assert decisions["mixed"].rule == "invalid-spec"
     assert "Literal[0, 1, 2, 1.0] holds 1.0, a float" in decisions["mixed"].reason
-    assert decisions["local"].rule == "scope"
-    assert decisions["local"].remedy == (
-        'move it to module level, above the if __name__ == "__main__": block'
+    assert decisions["local"].rule == "staged"
+    (scope,) = [c for c in decisions["local"].trail if c.rule == "scope"]
+    assert scope.detail == (
+        'defined under the if __name__ == "__main__" guard: staged each time jax.jit makes it'
     )
     assert decisions["inner"].rule == "package-init"
     assert "pkg/__init__.ppy is never run by import pkg" in decisions["inner"].reason

@@ -393,3 +393,79 @@ def test_a_function_jitted_by_a_call_is_recorded_and_staged(tmp_path: Path) -> N
     (fallback,) = other.fallbacks()
     assert (fallback["function"], fallback["category"]) == ("noisy", "captured")
     assert other.staged_calls("gram_") == 1
+
+
+MADE = """
+import sys
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+
+SCALE = 0.5
+
+
+def loss(w, x):
+    return jnp.mean((x @ w - 1.0) ** 2) * SCALE
+
+
+def minimize(w, x, steps):
+    @jax.jit
+    def update(w, x):
+        return w - 0.1 * jax.grad(loss)(w, x)
+
+    for _ in range(steps):
+        w = update(w, x)
+    return w, type(update).__name__
+
+
+def fit(w, x, lr):
+    @partial(jax.jit, static_argnames=("n",))
+    def step(w, x, n):
+        return w - lr * n * jax.grad(loss)(w, x)
+
+    return step(w, x, 2)
+
+
+def main(batches):
+    for batch in batches:
+        x = jnp.linspace(0.0, 1.0, batch * 3).reshape(batch, 3)
+        w, kind = minimize(jnp.ones(3), x, 3)
+        print(batch, w, kind, report(w), fit(w, x, 0.1))
+
+
+if __name__ == "__main__":
+
+    @jax.jit
+    def report(w):
+        return jnp.sum(w * w)
+
+    main([int(b) for b in sys.argv[1:]] or [8])
+"""
+
+
+def test_a_jit_made_inside_a_function_or_under_the_main_guard_is_recorded_and_staged(
+    tmp_path: Path,
+) -> None:
+    root = _project(tmp_path, MADE)
+    cache = tmp_path / "cache"
+    assert _ppy(root, cache, "record", "model.ppy", "8", "16").returncode == 0
+    functions = _file(root)["functions"]
+    update = functions["model.minimize.<locals>.update"]
+    assert (update["calls"], update["description"]) == (6, {"w": "float32[3]", "x": "float32[B,3]"})
+    assert functions["model.report"]["description"] == {"w": "float32[3]"}
+    built = _ppy(root, cache, "build", "--keep-going")
+    lines = {line.split()[1]: line for line in built.stdout.splitlines() if "model" in line}
+    assert lines["minimize.<locals>.update"].split()[2] == "exported"
+    assert lines["report"].split()[2] == "exported"
+    # What a function reads from the one around it exists only while that runs.
+    assert lines["fit.<locals>.step"].split()[2] == "stays"
+    assert "it reads lr from fit" in built.stdout
+    assert "pass it as a parameter, or move the function to module level" in built.stdout
+    # Each minimize() makes its update anew: each is staged, at sizes never recorded,
+    # and answers as jit's own (PjitFunction).
+    compared = differential(root, "12", "20", cache=cache, build=False)
+    assert compared.bound() == {"minimize.<locals>.update", "report"}
+    assert compared.staged_calls("minimize.<locals>.update") == 6
+    assert compared.staged_calls("report") == 2
+    assert not compared.fallbacks()

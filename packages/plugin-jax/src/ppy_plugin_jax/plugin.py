@@ -319,26 +319,40 @@ def _outermost(function: FunctionInfo) -> Check:
     )
 
 
-#: Why a function of each scope other than the module's is not exported.
-_SCOPES = {
-    "method": "a method is called through an instance, which the build does not have",
-    "nested": "a function defined inside another function is made anew each time that one runs",
-    "main": 'a function defined under if __name__ == "__main__": exists only when the module '
-    "runs as the program, and the build imports it as a module",
+#: Where a function of each scope is made, for its build line.
+_MADE = {
+    "nested": "inside a function",
+    "main": 'under the if __name__ == "__main__" guard',
 }
 
 
 def _scope(function: FunctionInfo) -> Check:
+    """A module-level function is bound under its name; one made inside a
+    function or under the main guard where ``jax.jit`` makes it, rebuilt at
+    build from its code (the worker refuses one that reads its enclosing
+    function's variables); a method is called through an instance the build
+    does not have."""
     if function.scope == "module":
         return Check("scope", True, "module-level function")
-    return Check(
-        "scope",
-        False,
-        f"{_SCOPES[function.scope]}; only module-level functions are exported",
-        'move it to module level, above the if __name__ == "__main__": block'
-        if function.scope == "main"
-        else "move it to module level",
-    )
+    if function.scope == "method":
+        return Check(
+            "scope",
+            False,
+            "a method is called through an instance, which the build does not have; only "
+            "functions are exported",
+            "move it to module level",
+        )
+    where = _MADE[function.scope]
+    defaulted = [p.name for p in function.parameters if p.has_default]
+    if defaulted:
+        return Check(
+            "scope",
+            False,
+            f"it is defined {where}, where its defaults ({', '.join(defaulted)}) are computed "
+            "each time that code runs",
+            "drop the defaults and pass the values, or move the function to module level",
+        )
+    return Check("scope", True, f"defined {where}: staged each time jax.jit makes it")
 
 
 #: It satisfies core's contract; mypy checks this line.

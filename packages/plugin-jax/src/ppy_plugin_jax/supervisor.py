@@ -142,6 +142,7 @@ def _module_request(target: StageTarget) -> dict[str, Any]:
         "functions": [
             {
                 "qualname": f.qualname,
+                "scope": f.scope,
                 "params": [
                     describe(p, static=p.name in f.static)
                     for p in f.parameters

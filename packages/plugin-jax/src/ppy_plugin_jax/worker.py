@@ -297,12 +297,15 @@ def _export_variants(
     from ppy.kinds.jax_export import JaxExport
     from ppy.kinds.trace_config import read as read_config
 
-    fn: Any = module
-    for part in function["qualname"].split("."):
-        fn = getattr(fn, part)
-    mismatch = _runtime_annotations(fn, function)
-    if mismatch:
-        raise _Refusal("annotation-mismatch", mismatch)
+    if function.get("scope", "module") == "module":
+        fn: Any = module
+        for part in function["qualname"].split("."):
+            fn = getattr(fn, part)
+        mismatch = _runtime_annotations(fn, function)
+        if mismatch:
+            raise _Refusal("annotation-mismatch", mismatch)
+    else:  # made where no name holds it: rebuilt from its code, annotations read from source
+        fn = _rebuilt(module, function["qualname"])
     params = function["params"]
     inputs = _inputs(fn, module, params, request)
     read = _captures(fn, request)
@@ -330,6 +333,56 @@ def _export_variants(
         "platforms": list(variants[0][1]),
         "metadata": contract.to_metadata(),
     }
+
+
+def _rebuilt(module: Any, qualname: str) -> Any:
+    """The function ``qualname`` as the program makes it: inside a function
+    (``minimize.<locals>.update``) or under ``if __name__ == "__main__":``.
+
+    No name holds it once the module is imported, so it is made anew from
+    its code, compiled from the module's file, over the module's globals, as
+    the program's ``def`` makes it. That is the same function only where it
+    reads nothing of the code around it: a function that closes over its
+    enclosing function's variables is refused, and so is a qualname the
+    module defines twice, where the run could make either.
+    """
+    import types
+
+    path = module.__file__
+    with open(path, "rb") as file:
+        code = compile(file.read(), path, "exec", dont_inherit=True)
+    found = [c for c in _codes(code) if c.co_qualname == qualname]
+    if len(found) != 1:
+        raise _Refusal(
+            "redefined",
+            f"{qualname} is defined {len(found)} times in its module; the build cannot tell "
+            "which one the program makes",
+            deliberate=True,
+            remedy="give each definition a name of its own",
+        )
+    (made,) = found
+    if made.co_freevars:
+        owner = qualname.rpartition(".<locals>.")[0]
+        names = ", ".join(made.co_freevars)
+        them = "it as a parameter" if len(made.co_freevars) == 1 else "them as parameters"
+        raise _Refusal(
+            "scope",
+            f"it reads {names} from {owner}, which the build does not have: they exist only "
+            f"while {owner} runs",
+            deliberate=True,
+            remedy=f"pass {them}, or move the function to module level",
+        )
+    return types.FunctionType(made, vars(module), made.co_name)
+
+
+def _codes(code: Any) -> Any:
+    """Every code object ``code`` holds, nested ones included."""
+    import types
+
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            yield constant
+            yield from _codes(constant)
 
 
 def _variant(

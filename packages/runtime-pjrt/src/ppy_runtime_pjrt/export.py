@@ -495,6 +495,10 @@ class ExportRuntime:
     def __init__(self, cache: Any = None) -> None:
         # None: the per-user cache, created on first use; False: no disk cache.
         self._cache = cache
+        #: Each entry's contract and variants, read once: a jit the program
+        #: makes inside a function is bound each time it is made, and its
+        #: variants (their exports and executables) serve every one of them.
+        self._read: dict[tuple[str, str], tuple[JaxExport, dict[Any, Staged]]] = {}
 
     def close(self) -> None:
         """The program has ended: jax's compile step is its own again."""
@@ -525,24 +529,12 @@ class ExportRuntime:
 
         from ppy_runtime_pjrt.compile import Executables
 
-        try:
-            contract = JaxExport.read(entry)
-        except KindError as error:
-            raise NotBound(str(error)) from error
-        outside = outside_window(contract.jaxlib_version, _jaxlib_version())
-        if outside is not None:
-            raise NotBound(f"{outside}; rebuild the artifact with this jax (`ppy build`)")
+        contract, variants = self._contract(entry)
         function = python_function(original) or original
         try:
             calls = Calls(function, contract.traced, contract.static)
         except (TypeError, ValueError) as error:
             raise NotBound(f"the function's signature is not the build's: {error}") from error
-        variants = {
-            Calls.key([v.static[name] for name in contract.static]): self._variant(
-                entry, contract, v
-            )
-            for v in contract.variants
-        }
         cache: ExecutableCache | None = self._executable_cache()
         if cache is not None:
             unstaged.install(cache.unstaged())
@@ -571,6 +563,28 @@ class ExportRuntime:
             ),
         )
         return staged.callable()
+
+    def _contract(self, entry: Entry) -> tuple[JaxExport, dict[Any, Staged]]:
+        """The entry's contract and its variants by static values (``NotBound``:
+        why this process cannot run them)."""
+        read = self._read.get(entry.key)
+        if read is not None:
+            return read
+        try:
+            contract = JaxExport.read(entry)
+        except KindError as error:
+            raise NotBound(str(error)) from error
+        outside = outside_window(contract.jaxlib_version, _jaxlib_version())
+        if outside is not None:
+            raise NotBound(f"{outside}; rebuild the artifact with this jax (`ppy build`)")
+        variants = {
+            Calls.key([v.static[name] for name in contract.static]): self._variant(
+                entry, contract, v
+            )
+            for v in contract.variants
+        }
+        self._read[entry.key] = contract, variants
+        return contract, variants
 
     def _variant(self, entry: Entry, contract: JaxExport, variant: Variant) -> Staged:
         import jax

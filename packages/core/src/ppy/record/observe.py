@@ -3,7 +3,9 @@ on the original jitted path everywhere, and notes what each call passed.
 
 The project's ``.ppy`` modules are executed through the same finder as
 ``ppy run`` (``ppy.run.binding``), so each module-level ``jax.jit`` function
-is wrapped right after its ``def``: the wrapper notes the call's abstract
+is wrapped right after its ``def``, and one defined inside a function or
+under ``if __name__ == "__main__":`` where ``jax.jit`` makes it
+(``ppy.run.made``): the wrapper notes the call's abstract
 signature, as jit sees it, then calls the jitted function itself. What is
 noted per input: an array's dtype and shape (and whether it is weakly typed
 or laid out over several devices), a static argument's value, a Python
@@ -13,6 +15,7 @@ process; shapes and static literals are all the file holds.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import math
@@ -26,6 +29,7 @@ from ppy.discovery.records import FunctionInfo, ModuleInfo
 from ppy.kinds.pytrees import class_name, reference
 from ppy.record.signatures import FunctionCalls, Signatures
 from ppy.run.binding import bind_source
+from ppy.run.made import MadeJits
 
 __all__ = ["Recorder", "Unrecordable", "candidates"]
 
@@ -33,14 +37,19 @@ __all__ = ["Recorder", "Unrecordable", "candidates"]
 _JIT = "jax.jit"
 
 
+#: Where a recorded function may be defined: at module level, inside a
+#: function, or under ``if __name__ == "__main__":`` (not a method).
+_SCOPES = frozenset({"module", "nested", "main"})
+
+
 def candidates(modules: Sequence[ModuleInfo]) -> dict[str, dict[str, FunctionInfo]]:
-    """The module-level jitted functions of each module, by qualname."""
+    """The jitted functions of each module, by qualname."""
     found: dict[str, dict[str, FunctionInfo]] = {}
     for module in modules:
         functions = {
             f.qualname: f
             for f in module.functions
-            if f.scope == "module" and any(d.name == _JIT for d in f.decorators)
+            if f.scope in _SCOPES and any(d.name == _JIT for d in f.decorators)
         }
         if functions:
             found[module.name] = functions
@@ -61,6 +70,7 @@ class Recorder:
         self.seen: dict[str, Counter[str]] = {}
         #: Per function, the calls that could not be written down, by why.
         self.skipped: Counter[tuple[str, str]] = Counter()
+        self.jits = MadeJits()
 
     def modules(self) -> set[str]:
         return set(self.functions)
@@ -69,7 +79,7 @@ class Recorder:
         self, path: Path, module: str | None
     ) -> tuple[CodeType, Callable[[str, Any], Any] | None]:
         functions = self.functions.get(module or "", {})
-        code = bind_source(path.read_bytes(), str(path), frozenset(functions))
+        code, named = bind_source(path.read_bytes(), str(path), frozenset(functions))
         if not functions:
             return code, None
         assert module is not None
@@ -77,6 +87,8 @@ class Recorder:
         def bind(qualname: str, original: Any) -> Any:
             return self._wrap(f"{module}.{qualname}", functions[qualname], original)
 
+        for qualname in sorted(set(functions) - named):  # made as the program runs
+            self.jits.want(str(path), qualname, functools.partial(bind, qualname))
         return code, bind
 
     def _wrap(self, name: str, function: FunctionInfo, original: Any) -> Any:

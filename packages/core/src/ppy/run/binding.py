@@ -13,6 +13,10 @@ bound function under its name. The ``.ppy`` modules of the project that the
 program imports are bound the same way by a finder placed just ahead of
 ``ppy._hook.PpyFinder``.
 
+A staged function that no module-level statement binds -- a jitted def
+inside a function, or under ``if __name__ == "__main__":`` -- is bound where
+the program makes it, in ``jax.jit`` (``ppy.run.made``), each time it is made.
+
 An entry is not bound -- the original stays, and ``run.unbound`` says why --
 when its module's source changed since the build, when no runtime is
 installed for its kind, or when the runtime raises ``NotBound``.
@@ -36,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ppy._hook import PpyFinder, find_ppy_source
 from ppy.layout import module_name
+from ppy.run.made import MadeJits
 from ppy.runtime import NotBound, Runtime
 
 if TYPE_CHECKING:
@@ -54,9 +59,12 @@ def _log() -> Any:
     return get_logger()
 
 
-def bind_source(source: bytes, filename: str, staged: frozenset[str]) -> CodeType:
+def bind_source(
+    source: bytes, filename: str, staged: frozenset[str]
+) -> tuple[CodeType, frozenset[str]]:
     """Compile ``source`` with a bind statement after each staged name's last
-    top-level binding: its ``def``, or a ``name = jax.jit(function)``.
+    top-level binding: its ``def``, or a ``name = jax.jit(function)``; and the
+    staged names so bound (the others are made where no statement names them).
 
     The last one also deletes ``__ppy_bind__``, so the program's ``globals()``
     hold no name of ppy's once its staged functions are defined.
@@ -78,7 +86,7 @@ def bind_source(source: bytes, filename: str, staged: frozenset[str]) -> CodeTyp
     if last is not None:
         body.insert(last, _located(ast.Delete([ast.Name(BIND_NAME, ast.Del())]), body[last - 1]))
     tree.body = body
-    return compile(tree, filename, "exec", dont_inherit=True)
+    return compile(tree, filename, "exec", dont_inherit=True), frozenset(final)
 
 
 def _bound_name(statement: ast.stmt) -> str | None:
@@ -124,6 +132,7 @@ class Binder:
         self.artifact = artifact
         self.runtimes = runtimes
         self.root = root
+        self.jits = MadeJits()
 
     def modules(self) -> set[str]:
         """The modules that have something to bind."""
@@ -177,15 +186,27 @@ class Binder:
         """The module's code, and the ``__ppy_bind__`` it calls (None: it binds nothing)."""
         source = path.read_bytes()
         entries = self.entries(module, source)
-        code = bind_source(source, str(path), frozenset(entries))
-        return code, self.binder(entries) if entries else None
+        code, named = bind_source(source, str(path), frozenset(entries))
+        if not entries:
+            return code, None
+        bind = self.binder(entries)
+        for qualname in sorted(set(entries) - named):
+            self.jits.want(str(path), qualname, _made(bind, qualname))
+        return code, bind
+
+
+def _made(bind: Callable[[str, Any], Any], qualname: str) -> Callable[[Any], Any]:
+    """What binds a jit of ``qualname`` each time the program makes one."""
+    return lambda jitted: bind(qualname, jitted)
 
 
 class Binds(Protocol):
     """What ``BindingFinder`` and ``run_program`` need of a binder: a ``Binder``,
-    or ``ppy record``'s recorder, which wraps functions instead."""
+    or ``ppy record``'s recorder, which wraps functions instead; each with the
+    jits it wants where the program makes them (``jits``)."""
 
     root: Path
+    jits: MadeJits
 
     def modules(self) -> set[str]: ...
 

@@ -96,6 +96,7 @@ def run_program(
     finally:
         sys.stdout.flush()
         finder.remove()
+        binder.jits.remove()
         _close(runtimes)
         sys.argv = saved_argv
         if saved_path0 is not None:
