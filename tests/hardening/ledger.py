@@ -115,6 +115,16 @@ def rows() -> list[Row]:
         ),
         Row(
             "hostile_artifacts",
+            f"a member of {hostile.ZEROS >> 20} MiB of zeros in a few hundred KB, listed with "
+            + " or ".join(hostile.ZEROS_CASES)
+            + ", under "
+            + ", ".join(f"`{how}`" for how in hostile.MEASURED),
+            len(hostile.ZEROS_CASES) * len(hostile.MEASURED),
+            "the report, or one error naming the member; within "
+            f"{hostile.HEADROOM >> 20} MiB of the command's peak memory on a small artifact",
+        ),
+        Row(
+            "hostile_artifacts",
             "a manifest of 80 MiB in a few hundred KB; a manifest nested 100,000 deep, "
             "under `ppy inspect`, `ppy inspect --json`",
             3,

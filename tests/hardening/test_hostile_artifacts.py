@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import io
+import json
 import marshal
 import os
 import pickle
@@ -24,6 +26,7 @@ import sys
 import tracemalloc
 import zipfile
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -271,6 +274,127 @@ def test_inspect_says_why_a_deep_manifest_is_refused(tmp_path: Path) -> None:
         assert shown.returncode == 1, shown.stderr
         assert f"ppy: error: {artifact} [manifest.json]: the manifest nests deeper" in shown.stderr
         assert "Traceback" not in shown.stderr and "RecursionError" not in shown.stderr
+
+
+# -- a member is streamed, never held -------------------------------------------
+
+#: A member of 256 MiB of zeros, within ``MEMBER_SIZE_LIMIT`` and about 256 KB
+#: deflated, listed in collatz_steps's entry beside the stablehlo it reads.
+ZEROS = 256 << 20
+ZEROS_MEMBER = "entries/model/collatz_steps/zeros"
+#: How far past the same command on the real artifact a command may peak: a
+#: few chunks of the reader's, an eighth of the member.
+HEADROOM = 32 << 20
+#: The zeros member listed with its own sha256 (a valid artifact) or another's.
+ZEROS_CASES = ("its own sha256", "another sha256")
+MEASURED = ("ppy inspect", "ppy doctor", "ppy run --no-build")
+
+#: Runs a command and says what it did and its peak resident memory. A fresh
+#: interpreter: ``RUSAGE_CHILDREN`` would count every child pytest waited for.
+_PEAK = """
+import json, resource, subprocess, sys
+done = subprocess.run(sys.argv[1:], capture_output=True, text=True, check=False)
+peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+print(json.dumps([done.returncode, done.stdout, done.stderr, peak]))
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """What one command did, and the most memory it held at once."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    peak: int
+
+
+def _with_zeros(sha256: str) -> bytes:
+    """The real artifact with ``ZEROS_MEMBER`` added, listed under ``sha256``."""
+    original = _members(real_artifact())
+    document = json.loads(next(c for i, c in original if i.filename == MANIFEST))
+    entry = next(e for e in document["entries"] if e["qualname"] == "collatz_steps")
+    entry["members"].append(
+        {"name": "zeros", "member": ZEROS_MEMBER, "size": ZEROS, "sha256": sha256}
+    )
+    listed = json.dumps(document).encode()
+    return _zip(
+        [
+            *((i, listed if i.filename == MANIFEST else c) for i, c in original),
+            (ZEROS_MEMBER, bytes(ZEROS)),
+        ]
+    )
+
+
+def _command(how: str, root: Path) -> list[str]:
+    artifact = str(root / ".ppy" / "artifact.ppyz")
+    return {
+        "ppy inspect": ["inspect", artifact],
+        "ppy doctor": ["doctor", "--no-import", str(root)],
+        "ppy run --no-build": ["run", "--no-build", str(root / "model.ppy")],
+    }[how]
+
+
+def _measure(how: str, root: Path) -> Measured:
+    env = {**os.environ, "PPY_CACHE_DIR": str(root / "cache")}
+    helper = [sys.executable, "-c", _PEAK, sys.executable, "-m", "ppy", *_command(how, root)]
+    done = subprocess.run(helper, capture_output=True, text=True, env=env, timeout=300, check=True)
+    return Measured(*json.loads(done.stdout))
+
+
+@pytest.fixture(scope="module")
+def zeros_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Measured]:
+    """Every command on the real artifact (``"real"``) and on each ``ZEROS_CASES``
+    artifact, each in its own project, measured a few at a time."""
+    digests = (hashlib.sha256(bytes(ZEROS)).hexdigest(), "0" * 64)
+    with ThreadPoolExecutor(max_workers=len(digests)) as pool:
+        # zlib lets go of the GIL while it deflates: the two are made at once.
+        made = dict(zip(ZEROS_CASES, pool.map(_with_zeros, digests), strict=True))
+    artifacts = {"real": real_artifact(), **made}
+    jobs = {}
+    for case, data in artifacts.items():
+        for how in MEASURED:
+            root = copy_example("40_xla_scalar", tmp_path_factory.mktemp("zeros"))
+            (root / ".ppy").mkdir()
+            (root / ".ppy" / "artifact.ppyz").write_bytes(data)
+            jobs[case, how] = root
+    with ThreadPoolExecutor(max_workers=len(MEASURED)) as pool:
+        running = {key: pool.submit(_measure, key[1], root) for key, root in jobs.items()}
+        return {key: future.result() for key, future in running.items()}
+
+
+@pytest.mark.parametrize("how", MEASURED)
+@pytest.mark.parametrize("case", ZEROS_CASES)
+def test_a_member_of_zeros_is_streamed_never_held(
+    case: str,
+    how: str,
+    zeros_runs: dict[tuple[str, str], Measured],
+    project: tuple[Path, str],
+) -> None:
+    """A member of 256 MiB in a 256 KB artifact: each command peaks within
+    ``HEADROOM`` of what it takes on the real artifact, and says what it would
+    have said of any artifact so listed: the report where the digest is right,
+    the member's error where it is not."""
+    _, plain = project
+    done, real = zeros_runs[case, how], zeros_runs["real", how]
+    assert "Traceback" not in done.stderr, done.stderr
+    valid = case == ZEROS_CASES[0]
+    if how == "ppy inspect":
+        assert done.returncode == (0 if valid else 1), done.stderr
+        if valid:
+            listed = [line.split() for line in done.stdout.splitlines()]
+            assert [ZEROS_MEMBER, str(ZEROS), "bytes"] in [line[:3] for line in listed]
+        else:
+            assert f"[{ZEROS_MEMBER}]: sha256 does not match" in done.stderr, done.stderr
+    elif how == "ppy doctor":
+        assert done.returncode == 0, done.stderr
+        assert (": unreadable" in done.stdout) != valid, done.stdout
+        assert ("sha256 does not match" in done.stdout) != valid, done.stdout
+    else:
+        assert (done.returncode, done.stdout) == (0, plain), done.stderr
+        assert ("run.artifact_unreadable" in done.stderr) != valid, done.stderr
+    over = done.peak - real.peak
+    assert over < HEADROOM, f"{how} peaked {over >> 20} MiB over its run on the real artifact"
 
 
 # -- loading executes nothing -------------------------------------------------

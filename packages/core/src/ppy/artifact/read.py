@@ -4,7 +4,10 @@ An artifact may come from another machine, be truncated, or be made to
 hurt: every member name, size, hash and manifest field is checked, sizes
 against the headers before anything is inflated, and a file that fails any
 check is refused with an ``ArtifactError`` that names what is wrong and the
-remedy. Nothing read is executed.
+remedy. Nothing read is executed. Members are hashed as they stream by,
+a chunk at a time, and the payloads are handed out still in the archive
+(``ppy.artifact.payload``): a small file that inflates to gigabytes costs
+the reader a chunk, not its size.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ import os
 import re
 import stat
 import zipfile
-import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,7 +27,6 @@ from typing import Any, NoReturn
 from ppy.artifact.entry import Entry
 from ppy.artifact.model import (
     ARCHIVE_SIZE_LIMIT,
-    CHUNK,
     FORMAT,
     FORMAT_VERSION,
     MANIFEST,
@@ -39,6 +40,7 @@ from ppy.artifact.model import (
     ModuleRecord,
     depth,
 )
+from ppy.artifact.payload import ArchivedPayload, StoredMember, chunks, inflate
 from ppy.decision import Check, Decision, Outcome
 from ppy.errors import ArtifactError
 from ppy.spec import TensorSpec
@@ -320,27 +322,6 @@ def _unique_keys(pairs: Sequence[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
-def _read_member(r: _Validator, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
-    """The member's bytes, inflated a chunk at a time.
-
-    ``ZipFile.read`` asks zlib for everything at once and only then cuts the
-    result to the header's size, so a member whose header understates it
-    would be inflated whole first; reading in chunks keeps the memory to the
-    declared size, and the CRC check at the end refuses the member.
-    """
-    parts: list[bytes] = []
-    try:
-        with archive.open(info) as stream:
-            while chunk := stream.read(CHUNK):
-                parts.append(chunk)
-        return b"".join(parts)
-    except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, OSError) as error:
-        r.fail(f"the archive member is damaged ({_describe(error)})", member=info.filename)
-    except (NotImplementedError, RuntimeError) as error:
-        # An unknown compression method or an encrypted member: not written by ppy.
-        r.fail(f"the archive member cannot be read ({_describe(error)})", member=info.filename)
-
-
 def _describe(error: Exception) -> str:
     return str(error) or type(error).__name__
 
@@ -463,22 +444,30 @@ def _unique(r: _Validator, names: Sequence[str], what: str) -> None:
         seen.add(name)
 
 
-def _payload(
+def _stored(
     r: _Validator, archive: zipfile.ZipFile, members: Mapping[str, zipfile.ZipInfo], item: _Listed
-) -> bytes:
-    """A listed member's bytes, checked against the size and sha256 the manifest gives."""
+) -> StoredMember:
+    """A listed member, checked against the size and sha256 the manifest gives.
+
+    The member is hashed as it streams by and none of it is kept: a member
+    of a gigabyte of zeros, a few kilobytes zipped, costs one chunk here.
+    """
     info = members.get(item.member)
     if info is None:
         r.fail("the manifest lists this member but the archive lacks it", member=item.member)
     # Compare the declared size first: nothing is decompressed beyond what was promised.
     if info.file_size != item.size:
         r.fail(f"size is {info.file_size} bytes, the manifest says {item.size}", member=item.member)
-    content = _read_member(r, archive, info)
-    if len(content) != item.size:
-        r.fail(f"size is {len(content)} bytes, the manifest says {item.size}", member=item.member)
-    if hashlib.sha256(content).hexdigest() != item.sha256:
+    digest = hashlib.sha256()
+    size = 0
+    for chunk in chunks(archive, info, r.path):
+        size += len(chunk)
+        digest.update(chunk)
+    if size != item.size:
+        r.fail(f"size is {size} bytes, the manifest says {item.size}", member=item.member)
+    if digest.hexdigest() != item.sha256:
         r.fail("sha256 does not match the manifest; the content changed", member=item.member)
-    return content
+    return StoredMember(info, item.size, item.sha256)
 
 
 def loads(
@@ -490,48 +479,62 @@ def loads(
     the most bytes any one member may decompress to. Checks run in an order
     that gives the most useful message first: the archive, then the format
     and its version, then the manifest's fields, then every member against
-    what the manifest says about it.
+    what the manifest says about it. The entries' payloads stay in the
+    archive (``ArchivedPayload``), which stays open over ``data`` for them.
     """
     r = _Validator(path)
-    with _open(r, data) as archive:
-        members = _members(r, archive, member_size_limit)
-        if MANIFEST not in members:
-            r.fail(f"not a ppy artifact: the archive has no {MANIFEST}", member=None)
-        if members[MANIFEST].file_size > MANIFEST_SIZE_LIMIT:
-            r.fail(
-                f"the manifest would decompress to {members[MANIFEST].file_size} bytes, over "
-                f"the limit of {MANIFEST_SIZE_LIMIT} (a damaged or hostile archive)"
-            )
-        top = _document(r, _read_member(r, archive, members[MANIFEST]))
+    archive = _open(r, data)
+    try:
+        return _artifact(r, archive, member_size_limit)
+    except BaseException:
+        archive.close()
+        raise
 
-        written_by = r.str_map(top["written_by"], "written_by")
-        project = r.text(top["project"], "project")
-        config_digest = r.text(top["config_digest"], "config_digest")
-        modules = tuple(
-            _module(r, m, f"modules[{i}]") for i, m in enumerate(r.array(top["modules"], "modules"))
-        )
-        _unique(r, [repr(m.name) for m in modules], "module")
-        parsed = [_entry(r, e, i) for i, e in enumerate(r.array(top["entries"], "entries"))]
-        _unique(r, [f"{e.module}:{e.qualname}" for e, _ in parsed], "entry")
-        decisions = tuple(
-            _decision(r, d, f"decisions[{i}]")
-            for i, d in enumerate(r.array(top["decisions"], "decisions"))
-        )
 
-        listed = [item for _, items in parsed for item in items]
-        claimed: set[str] = {MANIFEST}
-        for item in listed:
-            if item.member in claimed:
-                r.fail("the manifest lists this member twice", member=item.member)
-            claimed.add(item.member)
-        extra = sorted(set(members) - claimed)
-        if extra:
-            r.fail("the archive holds a member the manifest does not list", member=extra[0])
-        entries = tuple(
-            replace(entry, payload={i.short: _payload(r, archive, members, i) for i in items})
-            for entry, items in parsed
+def _artifact(r: _Validator, archive: zipfile.ZipFile, member_size_limit: int) -> Artifact:
+    """The artifact in ``archive``, every member checked; ``loads`` says in what order."""
+    members = _members(r, archive, member_size_limit)
+    if MANIFEST not in members:
+        r.fail(f"not a ppy artifact: the archive has no {MANIFEST}", member=None)
+    if members[MANIFEST].file_size > MANIFEST_SIZE_LIMIT:
+        r.fail(
+            f"the manifest would decompress to {members[MANIFEST].file_size} bytes, over "
+            f"the limit of {MANIFEST_SIZE_LIMIT} (a damaged or hostile archive)"
         )
+    top = _document(r, inflate(archive, members[MANIFEST], r.path))
 
+    written_by = r.str_map(top["written_by"], "written_by")
+    project = r.text(top["project"], "project")
+    config_digest = r.text(top["config_digest"], "config_digest")
+    modules = tuple(
+        _module(r, m, f"modules[{i}]") for i, m in enumerate(r.array(top["modules"], "modules"))
+    )
+    _unique(r, [repr(m.name) for m in modules], "module")
+    parsed = [_entry(r, e, i) for i, e in enumerate(r.array(top["entries"], "entries"))]
+    _unique(r, [f"{e.module}:{e.qualname}" for e, _ in parsed], "entry")
+    decisions = tuple(
+        _decision(r, d, f"decisions[{i}]")
+        for i, d in enumerate(r.array(top["decisions"], "decisions"))
+    )
+
+    listed = [item for _, items in parsed for item in items]
+    claimed: set[str] = {MANIFEST}
+    for item in listed:
+        if item.member in claimed:
+            r.fail("the manifest lists this member twice", member=item.member)
+        claimed.add(item.member)
+    extra = sorted(set(members) - claimed)
+    if extra:
+        r.fail("the archive holds a member the manifest does not list", member=extra[0])
+    entries = tuple(
+        replace(
+            entry,
+            payload=ArchivedPayload(
+                archive, r.path, {i.short: _stored(r, archive, members, i) for i in items}
+            ),
+        )
+        for entry, items in parsed
+    )
     return Artifact(
         project=project,
         config_digest=config_digest,

@@ -9,7 +9,6 @@ ppy wrote, never a link, a folder or a file of the user's.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -35,6 +34,7 @@ from ppy.artifact.model import (
     depth,
     member_name,
 )
+from ppy.artifact.payload import described
 from ppy.decision import Decision
 from ppy.errors import ArtifactError
 from ppy.spec import TensorSpec
@@ -104,10 +104,10 @@ def _entry_json(entry: Entry) -> dict[str, Any]:
             {
                 "name": short,
                 "member": member_name(entry.module, entry.qualname, short),
-                "size": len(data),
-                "sha256": hashlib.sha256(data).hexdigest(),
+                "size": size,
+                "sha256": sha256,
             }
-            for short, data in sorted(entry.payload.items())
+            for short, size, sha256 in described(entry.payload)
         ],
         "metadata": dict(entry.metadata),
         "decision": None if entry.decision is None else _decision_json(entry.decision),
@@ -160,14 +160,22 @@ def dumps(artifact: Artifact) -> bytes:
     text = json.dumps(
         manifest(artifact), sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False
     )
-    members = {MANIFEST: (text + "\n").encode("utf-8")}
-    for entry in artifact.entries:
-        for short, data in entry.payload.items():
-            members[member_name(entry.module, entry.qualname, short)] = bytes(data)
+    # Each payload member is read as it is written: a payload still in the
+    # artifact it came from (a reused entry) is inflated one member at a time.
+    payloads = {
+        member_name(entry.module, entry.qualname, short): (entry.payload, short)
+        for entry in artifact.entries
+        for short in entry.payload
+    }
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compresslevel=_COMPRESSLEVEL) as archive:
-        for name in sorted(members):
-            archive.writestr(_zipinfo(name), members[name])
+        for name in sorted([MANIFEST, *payloads]):
+            if name == MANIFEST:
+                data = (text + "\n").encode("utf-8")
+            else:
+                payload, short = payloads[name]
+                data = bytes(payload[short])
+            archive.writestr(_zipinfo(name), data)
     return buffer.getvalue()
 
 
