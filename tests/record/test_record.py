@@ -215,6 +215,12 @@ def test_an_annotation_wins_and_a_disagreeing_recording_is_reported(tmp_path: Pa
             '          "data": {"call": "os:system"}, "children": []}}}}}]}}}',
             "line 3",
         ),
+        (
+            '{"format": "ppy-signatures", "version": 1, "runs": 1, "functions": {\n'
+            '  "model.loss": {"signatures": [{"calls": 1, "inputs": {\n'
+            '    "<closure>": {"closure": {"lr": {"ref": "os:system(1)"}}}}}]}}}',
+            "line 3",
+        ),
         ("[" * 100000 + "]" * 100000, "line 1"),
     ],
     ids=[
@@ -224,6 +230,7 @@ def test_an_annotation_wins_and_a_disagreeing_recording_is_reported(tmp_path: Pa
         "pickle",
         "a node's type is code",
         "a node's metadata is not data",
+        "a closure's value is code",
         "deep",
     ],
 )
@@ -396,6 +403,7 @@ def test_a_function_jitted_by_a_call_is_recorded_and_staged(tmp_path: Path) -> N
 
 
 MADE = """
+import os
 import sys
 from functools import partial
 
@@ -431,7 +439,7 @@ def main(batches):
     for batch in batches:
         x = jnp.linspace(0.0, 1.0, batch * 3).reshape(batch, 3)
         w, kind = minimize(jnp.ones(3), x, 3)
-        print(batch, w, kind, report(w), fit(w, x, 0.1))
+        print(batch, w, kind, report(w), fit(w, x, float(os.environ.get("LR", "0.1"))))
 
 
 if __name__ == "__main__":
@@ -454,18 +462,55 @@ def test_a_jit_made_inside_a_function_or_under_the_main_guard_is_recorded_and_st
     update = functions["model.minimize.<locals>.update"]
     assert (update["calls"], update["description"]) == (6, {"w": "float32[3]", "x": "float32[B,3]"})
     assert functions["model.report"]["description"] == {"w": "float32[3]"}
-    built = _ppy(root, cache, "build", "--keep-going")
+    # What step reads of fit (lr) is a literal: recorded, and given back at build.
+    step = functions["model.fit.<locals>.step"]
+    assert step["description"]["<closure>"] == "lr=0.1"
+    built = _ppy(root, cache, "build")
     lines = {line.split()[1]: line for line in built.stdout.splitlines() if "model" in line}
-    assert lines["minimize.<locals>.update"].split()[2] == "exported"
-    assert lines["report"].split()[2] == "exported"
-    # What a function reads from the one around it exists only while that runs.
-    assert lines["fit.<locals>.step"].split()[2] == "stays"
-    assert "it reads lr from fit" in built.stdout
-    assert "pass it as a parameter, or move the function to module level" in built.stdout
+    every = {"minimize.<locals>.update", "fit.<locals>.step", "report"}
+    assert all(lines[name].split()[2] == "exported" for name in every)
     # Each minimize() makes its update anew: each is staged, at sizes never recorded,
     # and answers as jit's own (PjitFunction).
     compared = differential(root, "12", "20", cache=cache, build=False)
-    assert compared.bound() == {"minimize.<locals>.update", "report"}
+    assert compared.bound() == every
     assert compared.staged_calls("minimize.<locals>.update") == 6
-    assert compared.staged_calls("report") == 2
+    assert compared.staged_calls("report") == compared.staged_calls("fit.<locals>.step") == 2
     assert not compared.fallbacks()
+    # Another lr than the build's: compared where jit traces, and jit's path taken.
+    other = differential(root, "12", cache=cache, build=False, env={"LR": "0.2"})
+    assert {(f["function"], f["category"]) for f in other.fallbacks()} == {
+        ("fit.<locals>.step", "captured")
+    }
+    assert other.staged_calls("minimize.<locals>.update") == 3
+
+
+CLOSED_OVER_AN_ARRAY = """
+import jax
+import jax.numpy as jnp
+
+
+def train(x):
+    scale = jnp.arange(3.0)
+
+    @jax.jit
+    def step(x):
+        return x * scale
+
+    return step(x)
+
+
+print(train(jnp.ones(3)))
+"""
+
+
+def test_a_jit_made_inside_a_function_that_reads_an_array_of_it_stays(tmp_path: Path) -> None:
+    root = _project(tmp_path, CLOSED_OVER_AN_ARRAY)
+    cache = tmp_path / "cache"
+    assert _ppy(root, cache, "record", "model.ppy").returncode == 0
+    built = _ppy(root, cache, "build", "--keep-going")
+    (line,) = [line for line in built.stdout.splitlines() if "step" in line]
+    assert line.split()[2] == "stays"
+    assert "it reads scale from train, which the build does not have" in built.stdout
+    assert "pass it as a parameter, or move the function to module level" in built.stdout
+    compared = differential(root, cache=cache, build=False, quiet_stderr=None)
+    assert not compared.bound()

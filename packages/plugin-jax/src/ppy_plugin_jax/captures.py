@@ -23,6 +23,9 @@ inner functions). What is followed, and what is recorded:
   export;
 - anything else: recorded whole.
 
+The variables a function made inside another reads of that one (its
+closure) are followed as its globals are.
+
 A global with no fingerprint (an open file, an object of an unknown class)
 refuses the export: ``Refused`` names it.
 """
@@ -38,9 +41,11 @@ from typing import Any
 
 from ppy.kinds.fingerprint import (
     BOUND,
+    CLOSURE,
     DEFAULTS,
     Unreadable,
     bound_values,
+    closure,
     defaults,
     fingerprint,
     python_function,
@@ -191,6 +196,10 @@ def captures(
         return ()
     scan = _Scan(root, limit, flatten)
     scan.function(function, ())
+    # A function made inside another reads that one's variables: each is
+    # traced as a constant, so it is compared like a global.
+    for name, value in sorted(closure(function).items()):
+        scan.value(value, (CLOSURE, name), f"{name} of the function around {function.__name__}", ())
     # ``jax.jit(partial(g, k))``: what the partial binds is traced as
     # constants, so it is compared like a global, and a project function
     # among it is followed for what it reads in turn.

@@ -305,7 +305,7 @@ def _export_variants(
         if mismatch:
             raise _Refusal("annotation-mismatch", mismatch)
     else:  # made where no name holds it: rebuilt from its code, annotations read from source
-        fn = _rebuilt(module, function["qualname"])
+        fn = _rebuilt(module, function["qualname"], function.get("closure"))
     params = function["params"]
     inputs = _inputs(fn, module, params, request)
     read = _captures(fn, request)
@@ -335,16 +335,17 @@ def _export_variants(
     }
 
 
-def _rebuilt(module: Any, qualname: str) -> Any:
+def _rebuilt(module: Any, qualname: str, held: Mapping[str, Any] | None) -> Any:
     """The function ``qualname`` as the program makes it: inside a function
     (``minimize.<locals>.update``) or under ``if __name__ == "__main__":``.
 
     No name holds it once the module is imported, so it is made anew from
     its code, compiled from the module's file, over the module's globals, as
-    the program's ``def`` makes it. That is the same function only where it
-    reads nothing of the code around it: a function that closes over its
-    enclosing function's variables is refused, and so is a qualname the
-    module defines twice, where the run could make either.
+    the program's ``def`` makes it. The variables it reads of the function
+    around it are given the values a recording saw (``held``: literals, and
+    objects a module names); the captures compare them at run time, as
+    globals. A function that reads any other is refused, and so is a
+    qualname the module defines twice, where the run could make either.
     """
     import types
 
@@ -361,18 +362,42 @@ def _rebuilt(module: Any, qualname: str) -> Any:
             remedy="give each definition a name of its own",
         )
     (made,) = found
-    if made.co_freevars:
+    cells = _cells(made.co_freevars, held or {})
+    if cells is None:
         owner = qualname.rpartition(".<locals>.")[0]
         names = ", ".join(made.co_freevars)
-        them = "it as a parameter" if len(made.co_freevars) == 1 else "them as parameters"
+        one = len(made.co_freevars) == 1
+        them = "it as a parameter" if one else "them as parameters"
         raise _Refusal(
             "scope",
-            f"it reads {names} from {owner}, which the build does not have: they exist only "
-            f"while {owner} runs",
+            f"it reads {names} from {owner}, which the build does not have: "
+            f"{'it exists' if one else 'they exist'} only while {owner} runs",
             deliberate=True,
             remedy=f"pass {them}, or move the function to module level",
         )
-    return types.FunctionType(made, vars(module), made.co_name)
+    return types.FunctionType(made, vars(module), made.co_name, None, cells)
+
+
+def _cells(names: tuple[str, ...], held: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """A closure of ``names`` holding the recorded values, or None where one
+    was not recorded, or names an object no imported module holds."""
+    import types
+
+    from ppy.kinds.pytrees import resolve
+
+    cells = []
+    for name in names:
+        value = held.get(name)
+        if value is None:
+            return None
+        if "ref" in value:
+            found = resolve(value["ref"])
+            if found is None:
+                return None
+            cells.append(types.CellType(found))
+        else:
+            cells.append(types.CellType(value["static"]))
+    return tuple(cells)
 
 
 def _codes(code: Any) -> Any:

@@ -142,6 +142,9 @@ class FunctionInfo:
     #: Where a description came from a recording (``ppy record``): how many
     #: calls in how many runs, such as ``recorded: 12 calls in 2 runs``.
     recorded: str | None = None
+    #: For a function defined inside another, what a recording saw it read
+    #: of that one: JSON ``{name: {"static": literal} | {"ref": "module:name"}}``.
+    closure: str | None = None
 
     @property
     def name(self) -> str:

@@ -40,12 +40,14 @@ from typing import Any
 
 __all__ = [
     "BOUND",
+    "CLOSURE",
     "DEFAULTS",
     "DEFAULT_LIMIT",
     "Unreadable",
     "defaults",
     "fingerprint",
     "bound_values",
+    "closure",
     "python_function",
     "resolve",
     "traced_function",
@@ -63,6 +65,9 @@ _RECORD_FIELDS = 64
 DEFAULTS = "<defaults>"
 #: The path step that stands for what the partials a jit wraps bind (``bound_values``).
 BOUND = "<bound>"
+#: The path step that stands for a function's closure (``closure``); the next
+#: step names a variable of the function around it.
+CLOSURE = "<closure>"
 
 Flatten = Callable[[Any], tuple[list[Any], Any]]
 
@@ -383,14 +388,31 @@ def _code(code: types.CodeType) -> tuple[Any, ...]:
     return (code.co_code, code.co_names, code.co_varnames, constants)
 
 
+class _Closure(dict[str, Any]):
+    """A function's closure by variable name: a step of its own on a path."""
+
+
+def closure(fn: types.FunctionType) -> dict[str, Any]:
+    """What ``fn`` reads of the function around it, by variable name, as it
+    holds it now (an empty cell, a name not yet assigned, is left out)."""
+    found = _Closure()
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True):
+        try:
+            found[name] = cell.cell_contents
+        except ValueError:
+            continue
+    return found
+
+
 def resolve(start: Any, path: tuple[str, ...]) -> Any:
     """Follow a capture's path from the staged function ``start``.
 
     From a function (or what wraps one) a step is a name in its globals,
     else a builtin, or ``DEFAULTS``, or ``BOUND`` (then an index into what
-    the partials bind); from a module, a class or any other value, an
-    attribute. ``LookupError`` or ``AttributeError`` where the
-    running program has no such name.
+    the partials bind), or ``CLOSURE`` (then a variable of its closure);
+    from a module, a class or any other value, an attribute.
+    ``LookupError`` or ``AttributeError`` where the running program has no
+    such name.
     """
     import builtins
 
@@ -402,11 +424,16 @@ def resolve(start: Any, path: tuple[str, ...]) -> Any:
         if isinstance(current, tuple):
             current = current[int(step)]
             continue
+        if isinstance(current, _Closure):
+            current = current[step]
+            continue
         function = (
             None if isinstance(current, types.ModuleType | type) else traced_function(current)
         )
         if function is None:
             current = getattr(current, step)
+        elif step == CLOSURE:
+            current = closure(function)
         elif step == DEFAULTS:
             current = defaults(function)
         elif step in function.__globals__:

@@ -41,7 +41,10 @@ def apply_recording(module: ModuleInfo, signatures: Signatures | None) -> Module
             _described(module, function, p, general.parameters.get(p.name))
             for p in function.parameters
         )
-        functions.append(dataclasses.replace(function, parameters=parameters, recorded=note))
+        held = json.dumps(general.closure, sort_keys=True) if general.closure is not None else None
+        functions.append(
+            dataclasses.replace(function, parameters=parameters, recorded=note, closure=held)
+        )
         changed = True
     return dataclasses.replace(module, functions=tuple(functions)) if changed else module
 

@@ -6,6 +6,9 @@
 - Dims whose values moved together (the same value in each call, across
   parameters) share one symbol: ``x: float32[B,784]`` and ``y: int32[B]``.
 - A static parameter takes the values it was called with, each a variant.
+- What a function defined inside another reads of that one (its closure)
+  is the most called signature's; calls that read other values are left
+  to jit, as calls of another dtype are.
 - A pytree is described leaf by leaf, its structure as recorded, where every
   call passed the same structure; its arrays' dims generalise with the rest.
 - Anything else (a Python scalar, an array sharded over several
@@ -21,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ppy.record.signatures import parse_array
+from ppy.record.signatures import CLOSURE, parse_array
 from ppy.spec import WEAK_SCALARS
 
 __all__ = ["Described", "General", "generalise"]
@@ -64,9 +67,18 @@ class General:
     #: The calls the description serves; the others passed another dtype,
     #: rank or structure, and take the original path as jit's own calls.
     calls: int = 0
+    #: For a function defined inside another: the variables it reads of that
+    #: one, ``{name: {"static": literal} | {"ref": "module:name"}}``.
+    closure: dict[str, Any] | None = None
 
     def rendered(self) -> dict[str, str]:
-        return {name: described.rendered() for name, described in self.parameters.items()}
+        found = {name: described.rendered() for name, described in self.parameters.items()}
+        if self.closure is not None:
+            found[CLOSURE] = ", ".join(
+                f"{name}={json.dumps(held['static']) if 'static' in held else held['ref']}"
+                for name, held in self.closure.items()
+            )
+        return found
 
 
 def generalise(recorded: Sequence[tuple[Mapping[str, Any], int]]) -> General:
@@ -74,10 +86,14 @@ def generalise(recorded: Sequence[tuple[Mapping[str, Any], int]]) -> General:
     general = General()
     if not recorded:
         return general
-    names = list(dict.fromkeys(name for inputs, _ in recorded for name in inputs))
+    names = list(
+        dict.fromkeys(name for inputs, _ in recorded for name in inputs if name != CLOSURE)
+    )
     statics = {name: _static_values(recorded, name) for name in names}
     recorded = _consistent(recorded)
     general.calls = sum(count for _, count in recorded)
+    held = recorded[0][0].get(CLOSURE)
+    general.closure = dict(held["closure"]) if held is not None else None
     arrays: dict[str, tuple[str, list[tuple[int, ...]]]] = {}
     nests: dict[str, Any] = {}
     for name in names:

@@ -26,8 +26,9 @@ from types import CodeType
 from typing import Any
 
 from ppy.discovery.records import FunctionInfo, ModuleInfo
+from ppy.kinds.fingerprint import closure
 from ppy.kinds.pytrees import class_name, reference
-from ppy.record.signatures import FunctionCalls, Signatures
+from ppy.record.signatures import CLOSURE, FunctionCalls, Signatures
 from ppy.run.binding import bind_source
 from ppy.run.made import MadeJits
 
@@ -103,7 +104,11 @@ class Recorder:
             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
         )
         counter = self.seen.setdefault(name, Counter())
-        return _Recorded(original, positional, function.static, self.main, counter, self.skipped)
+        code = getattr(python, "__code__", None)  # None: a partial or a transform of one
+        made = python if code is not None and code.co_freevars else None
+        return _Recorded(
+            original, positional, function.static, self.main, counter, self.skipped, made
+        )
 
     def signatures(self) -> Signatures:
         """This run's calls as a file's content (one run)."""
@@ -125,7 +130,15 @@ class _Recorded:
     jitted function's own.
     """
 
-    __slots__ = ("__ppy_original__", "_counter", "_main", "_positional", "_skipped", "_static")
+    __slots__ = (
+        "__ppy_original__",
+        "_counter",
+        "_made",
+        "_main",
+        "_positional",
+        "_skipped",
+        "_static",
+    )
 
     def __init__(
         self,
@@ -135,8 +148,11 @@ class _Recorded:
         main: str,
         counter: Counter[str],
         skipped: Counter[tuple[str, str]],
+        made: Any = None,
     ) -> None:
         self.__ppy_original__ = original
+        #: The Python function, where it reads variables of the function around it.
+        self._made = made
         self._positional = positional
         self._static = static
         self._main = main
@@ -145,7 +161,10 @@ class _Recorded:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            self._counter[_signature(self._positional, self._static, self._main, args, kwargs)] += 1
+            inputs = _inputs(self._positional, self._static, self._main, args, kwargs)
+            if self._made is not None:
+                inputs.update(_closure(self._made, self._main))
+            self._counter[json.dumps(inputs, sort_keys=True, separators=(",", ":"))] += 1
         except _Traced:
             pass  # inside another function's trace: inlined there, never a call of its own
         except Unrecordable as why:
@@ -184,20 +203,41 @@ def _name(function: Any) -> str:
     return str(getattr(function, "__qualname__", getattr(function, "__name__", "?")))
 
 
-def _signature(
+def _inputs(
     positional: Sequence[str],
     static: frozenset[str],
     main: str,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-) -> str:
-    """The call's inputs as the file's canonical JSON."""
+) -> dict[str, Any]:
+    """The call's inputs as the file holds them."""
     inputs: dict[str, Any] = {}
     for name, value in zip(positional, args, strict=False):
         inputs[name] = _input(value, name in static, main)
     for name, value in kwargs.items():
         inputs[name] = _input(value, name in static, main)
-    return json.dumps(inputs, sort_keys=True, separators=(",", ":"))
+    return inputs
+
+
+def _closure(fn: Any, main: str) -> dict[str, Any]:
+    """``{CLOSURE: {"closure": {name: value}}}``: the variables ``fn`` reads
+    of the function around it, where each is a literal (``{"static": 0.1}``)
+    or an object a module names (``{"ref": "model:loss"}``), which the build
+    can give it again; nothing where one is anything else (an array), and
+    the build then says what the function reads."""
+    found = {}
+    for name, value in closure(fn).items():
+        if value is None or type(value) in (bool, int, str) or _finite(value):
+            found[name] = {"static": value}
+        elif (ref := reference(value, main)) is not None:
+            found[name] = {"ref": ref}
+        else:
+            return {}
+    return {CLOSURE: {"closure": found}}
+
+
+def _finite(value: Any) -> bool:
+    return type(value) is float and math.isfinite(value)
 
 
 def _input(value: Any, static: bool, main: str) -> dict[str, Any]:

@@ -30,6 +30,10 @@ and ``{"dict": {...}}``, and any other node (a NamedTuple, an optax state, a
 flax or equinox structure) as ``{"node": {"type": "module:qualname", "data":
 ..., "children": [...]}}``, its metadata as JSON (``{"tuple": [...]}`` for a
 tuple, ``{"ref": "module:name"}`` for a class or sentinel the module holds).
+A function defined inside another has one more input, ``"<closure>"``:
+``{"closure": {"lr": {"static": 0.1}, "f": {"ref": "model:loss"}}}``, the
+variables it reads of the function around it, each a literal or an object
+a module names (``{"ref": ...}``).
 ``description`` and ``dims`` are written for the reader and recomputed from
 the signatures on every write; the build reads only the signatures.
 
@@ -51,6 +55,7 @@ from ppy.config import SIGNATURES
 from ppy.errors import ConfigError
 
 __all__ = [
+    "CLOSURE",
     "FILE",
     "MAX_BYTES",
     "FunctionCalls",
@@ -75,6 +80,11 @@ _ARRAY: Final = re.compile(r"[a-z][a-z0-9_]*\[(\d+(,\d+)*)?\]")
 _NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_<>][A-Za-z0-9_<>]*)*")
 #: ``module:qualname`` of a class or object a node names.
 _REF: Final = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", re.ASCII)
+
+#: The input that holds what a function reads of the function around it.
+CLOSURE: Final = "<closure>"
+#: The most variables a closure may hold.
+MAX_CLOSURE: Final = 256
 
 #: One input as recorded: a JSON object of the forms above.
 Input = Mapping[str, Any]
@@ -242,8 +252,30 @@ class _Checker:
             if set(value) != {"nest"}:
                 raise self.fail(parameter, f"{where}: a nest takes nothing else")
             self.nest(name, parameter, value["nest"], 0, [0])
+        elif kind == "closure" and parameter == CLOSURE:
+            self.closure(parameter, where, value)
         else:
             raise self.fail(parameter, f"{where}: unknown kind {kind!r}")
+
+    def closure(self, parameter: str, where: str, value: Mapping[str, Any]) -> None:
+        """``{"closure": {name: {"static": literal} | {"ref": "module:name"}}}``."""
+        variables = value["closure"]
+        if set(value) != {"closure"} or not isinstance(variables, dict):
+            raise self.fail(parameter, f"{where}: a closure is an object of variables")
+        if len(variables) > MAX_CLOSURE:
+            raise self.fail(parameter, f"{where}: more than {MAX_CLOSURE} variables")
+        for variable, held in variables.items():
+            literal = isinstance(held, dict) and set(held) == {"static"}
+            named = isinstance(held, dict) and set(held) == {"ref"}
+            readable = (literal and _literal(held["static"])) or (
+                named and isinstance(held["ref"], str) and _REF.fullmatch(held["ref"]) is not None
+            )
+            if not (variable.isidentifier() and readable):
+                raise self.fail(
+                    parameter,
+                    f"{where}: {variable!r} is not "
+                    '{"static": literal} or {"ref": "module:name"}',
+                )
 
     def nest(self, name: str, parameter: str, node: object, depth: int, leaves: list[int]) -> None:
         """``{"list": [...]}``, ``{"tuple": [...]}``, ``{"dict": {...}}`` or
