@@ -58,6 +58,8 @@ def test_the_programs_excepthook_reports_an_uncaught_exception(tmp_path: Path) -
             "model.ppy": STAGED + "import sys\n"
             "def hook(kind, value, tb):\n"
             "    print('hook saw', kind.__name__, value, tb.tb_frame.f_code.co_filename[-9:])\n"
+            # python calls the hook with no exception being handled.
+            "    print('handling', sys.exc_info())\n"
             "sys.excepthook = hook\n"
             "print(score(jnp.ones((2, 4))))\n"
             "raise ValueError('boom')\n"
