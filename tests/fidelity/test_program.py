@@ -1,9 +1,10 @@
 """The program as python runs it: argv, excepthook, KeyboardInterrupt, globals, the bound
-function's surface, a syntax error.
+function's surface, a syntax error, the stack above the program.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -58,6 +59,8 @@ def test_the_programs_excepthook_reports_an_uncaught_exception(tmp_path: Path) -
             "model.ppy": STAGED + "import sys\n"
             "def hook(kind, value, tb):\n"
             "    print('hook saw', kind.__name__, value, tb.tb_frame.f_code.co_filename[-9:])\n"
+            # python calls the hook with no exception being handled.
+            "    print('handling', sys.exc_info())\n"
             "sys.excepthook = hook\n"
             "print(score(jnp.ones((2, 4))))\n"
             "raise ValueError('boom')\n"
@@ -202,3 +205,79 @@ def test_a_staged_call_loads_lapack_only_where_the_function_calls_it(tmp_path: P
     )
     cold = run_ppy("run", "model.ppy", "modules", cwd=root, env=environ)
     assert cold.stdout == plain.stdout and "False" in plain.stdout.splitlines()[0], cold.stdout
+
+
+FRAMES = """\
+import inspect
+import io
+import json
+import json
+import os
+import sys
+import traceback
+
+
+def show(where):
+    \"\"\"Print this file's frames as three APIs see them; write down the rest.\"\"\"
+    stack = traceback.extract_stack()
+    print(where, [(f.name, f.lineno, f.line) for f in stack if f.filename == __file__])
+    print(where, [(i.function, i.lineno) for i in inspect.stack() if i.filename == __file__])
+    printed = io.StringIO()
+    traceback.print_stack(file=printed)
+    lines = printed.getvalue().splitlines()
+    first = next(n for n, line in enumerate(lines) if f'File "{__file__}"' in line)
+    print(where, lines[first:])
+    return [f"{os.path.basename(f.filename)}:{f.name}" for f in stack if f.filename != __file__]
+
+
+above = show("module")
+back = sys._getframe().f_back
+outer = {"module": above, "f_back": back and back.f_code.co_name}
+outer["length"] = len(traceback.extract_stack())
+
+
+def function():
+    outer["function"] = show("function")
+
+
+function()
+with open(os.path.join(os.path.dirname(__file__), "frames.txt"), "a") as record:
+    print(json.dumps(outer), file=record)
+"""
+
+
+def test_the_stack_above_the_program_is_ppys_fewest_frames(tmp_path: Path) -> None:
+    """python runs a script's module code with no frame above it. Under
+    ``ppy run`` something has to call the program's code, and a frame cannot be
+    taken out of the chain: the stack shows the program's own frames as python
+    does, and above them only the outermost module frame and
+    ``ppy.cli.main.main``, which runs the program's code itself
+    (docs/limitations.md). That module frame is the ``ppy`` script's, or a warm
+    server's ``-c`` entry; ``python -m ppy`` adds runpy's two frames and
+    ``ppy/__main__.py`` above it."""
+    root = project(tmp_path / "p", {"model.ppy": FRAMES})
+    differential(root, cache=tmp_path / "c")
+    script = str(Path(sys.executable).with_name("ppy"))
+    environ = {**os.environ, "PPY_CACHE_DIR": str(tmp_path / "c")}
+    for warm in ((), ("--warm",)):
+        ran = subprocess.run(
+            [script, "run", *warm, "model.ppy"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            env=environ,
+        )
+        assert (ran.returncode, ran.stderr) == (0, ""), ran.stderr
+    python, cold, warm, script_cold, script_warm = (
+        json.loads(line) for line in (root / "frames.txt").read_text().splitlines()
+    )
+    assert python == {"module": [], "function": [], "f_back": None, "length": 1}
+
+    def above(*frames: str) -> dict[str, object]:
+        named = [*frames, "main.py:main"]
+        return {"module": named, "function": named, "f_back": "main", "length": len(named) + 1}
+
+    served = above("<string>:<module>")
+    assert (script_cold, script_warm, warm) == (above("ppy:<module>"), served, served)
+    runpy = ["<frozen runpy>:_run_module_as_main", "<frozen runpy>:_run_code"]
+    assert cold == above(*runpy, "__main__.py:<module>")

@@ -15,8 +15,12 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ppy.errors import PpyError, UsageError
+
+if TYPE_CHECKING:
+    from ppy.run.program import Program
 
 __all__ = ["main"]
 
@@ -234,9 +238,18 @@ def _version() -> str:
 
 def main(argv: Sequence[str] | None = None, *, warm: bool | None = None) -> int:
     """The command's exit code. ``warm=False``: ``ppy run`` runs here, whatever
-    the flag, variable and setting say (a warm server's child is the run)."""
+    the flag, variable and setting say (a warm server's child is the run).
+
+    The program of ``ppy run`` runs in this frame, not in one a call deeper:
+    the frames a program sees above its own are the caller's (the ``ppy``
+    script's, the warm server's entry) and this one, and no more."""
     try:
-        return _main(list(sys.argv[1:] if argv is None else argv), warm)
+        program = _main(list(sys.argv[1:] if argv is None else argv), warm)
+        if isinstance(program, int):
+            return program
+        with program as code:
+            exec(code, program.namespace)
+        return program.end()
     except BrokenPipeError:
         # The reader went away (`ppy inspect --json | head`): stop quietly, as
         # coreutils do, and keep Python's exit-time flush from complaining.
@@ -246,7 +259,8 @@ def main(argv: Sequence[str] | None = None, *, warm: bool | None = None) -> int:
         return 128 + signal.SIGPIPE
 
 
-def _main(argv: list[str], warm: bool | None) -> int:
+def _main(argv: list[str], warm: bool | None) -> int | Program:
+    """The command's exit code; for ``ppy run``, the program ready to run."""
     args = _parser().parse_args(argv)
     from ppy.log import configure
 
@@ -309,8 +323,9 @@ def _build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(args: argparse.Namespace, argv: list[str], warm: bool | None) -> int:
-    from ppy.run.startup import run
+def _run(args: argparse.Namespace, argv: list[str], warm: bool | None) -> int | Program:
+    """A warm run's exit code, or the program ready to run here."""
+    from ppy.run.startup import launch
 
     config = None
     program = Path(args.program)
@@ -323,7 +338,7 @@ def _run(args: argparse.Namespace, argv: list[str], warm: bool | None) -> int:
             code = run_warm(config, program, argv)
             if code is not None:
                 return code
-    return run(args.program, list(args.args), build=not args.no_build, config=config)
+    return launch(args.program, list(args.args), build=not args.no_build, config=config)
 
 
 def _server(args: argparse.Namespace) -> int:

@@ -17,8 +17,8 @@ import sys
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import ModuleType, TracebackType
-from typing import TYPE_CHECKING
+from types import CodeType, ModuleType, TracebackType
+from typing import TYPE_CHECKING, Any
 
 from ppy.layout import module_name
 from ppy.run.binding import BIND_NAME, Binder, BindingFinder, Binds
@@ -27,9 +27,13 @@ from ppy.runtime import ManagedRuntime, Runtime
 if TYPE_CHECKING:
     from ppy.artifact.model import Artifact
 
-__all__ = ["run_program"]
+__all__ = ["Program", "run_program"]
 
 _PPY_DIR = os.path.dirname(os.path.abspath(__file__))
+
+#: What a program that does not compile runs: nothing (python compiles the
+#: whole file before it runs a line of it).
+_NOTHING = compile("", "<nothing>", "exec")
 
 
 def run_program(
@@ -44,68 +48,150 @@ def run_program(
     """Run ``program`` (the path as the user typed it) as ``__main__``; its exit
     code, as ``python`` would give it. An uncaught KeyboardInterrupt ends the
     process by SIGINT, as python's does. ``binder``: what replaces functions
-    as modules execute, if not a ``Binder`` of the artifact's entries."""
-    import ppy  # noqa: F401 - installs the .ppy hook the finder goes ahead of
+    as modules execute, if not a ``Binder`` of the artifact's entries.
 
-    # As python 3.9+ has them: argv[0] as typed, __file__ and the code's
-    # filename absolute, sys.path[0] the script's real folder.
-    path = Path(os.path.abspath(program))
-    binder = binder if binder is not None else Binder(artifact, runtimes, root)
-    finder = BindingFinder(binder)
-    main = ModuleType("__main__")
-    main.__dict__.update(
-        __file__=str(path),
-        __builtins__=builtins,
-        __cached__=None,
-        __spec__=None,
-        __loader__=importlib.machinery.SourceFileLoader("__main__", str(path)),
-    )
-    if sys.version_info < (3, 14):
-        # python's __main__ starts with it (PEP 649 takes it away in 3.14).
-        main.__dict__.update(__annotations__={})
-    saved_argv, saved_path0 = sys.argv, sys.path[0] if sys.path else None
-    saved_main = sys.modules.get("__main__")
-    sys.argv = [str(program), *argv]
-    folder = os.path.dirname(os.path.realpath(path))
-    if sys.path:
-        sys.path[0] = folder
-    else:
-        sys.path.append(folder)
-    sys.modules["__main__"] = main
-    finder.install()
-    _start(runtimes)
-    interrupted = False
-    try:
+    The program's module frame has this function's above it; ``ppy run``
+    runs a ``Program`` in the outermost frame it has (``ppy.cli.main.main``)."""
+    ready = Program(program, argv, artifact=artifact, runtimes=runtimes, root=root, binder=binder)
+    with ready as code:
+        exec(code, ready.namespace)
+    return ready.end()
+
+
+class Program:
+    """A program set up to run as ``__main__`` in the frame of whoever runs it::
+
+        with program as code:
+            exec(code, program.namespace)
+        return program.end()
+
+    python runs a script's module code with no frame above it; a frame cannot
+    be taken out of the chain above the program's, so the program's code is
+    executed by the outermost frame ppy has, not by this class: what
+    ``traceback.extract_stack()``, ``inspect.stack()`` and ``f_back`` show
+    above the program is that frame and those above it only.
+
+    Entering sets up what python sets up (argv, ``sys.path[0]``, the
+    ``__main__`` module), installs the binding and starts the runtimes, and
+    gives the code to run. Leaving keeps what the program raised; ``end``
+    reports it and undoes the set-up after the ``with`` statement, where, as
+    in python's own reporting and exit, no exception is being handled.
+    """
+
+    def __init__(
+        self,
+        program: str | Path,
+        argv: Sequence[str],
+        *,
+        artifact: Artifact | None,
+        runtimes: Mapping[str, Runtime],
+        root: Path,
+        binder: Binds | None = None,
+    ) -> None:
+        import ppy  # noqa: F401 - installs the .ppy hook the finder goes ahead of
+
+        self._typed = program
+        self._argv = list(argv)
+        # As python 3.9+ has them: argv[0] as typed, __file__ and the code's
+        # filename absolute, sys.path[0] the script's real folder.
+        self._path = Path(os.path.abspath(program))
+        self._root = root
+        self._runtimes = runtimes
+        self._binder = binder if binder is not None else Binder(artifact, runtimes, root)
+        self._finder = BindingFinder(self._binder)
+        self._module = ModuleType("__main__")
+        self._module.__dict__.update(
+            __file__=str(self._path),
+            __builtins__=builtins,
+            __cached__=None,
+            __spec__=None,
+            __loader__=importlib.machinery.SourceFileLoader("__main__", str(self._path)),
+        )
+        if sys.version_info < (3, 14):
+            # python's __main__ starts with it (PEP 649 takes it away in 3.14).
+            self._module.__dict__.update(__annotations__={})
+        self._code: CodeType = _NOTHING
+        self._unreadable: SyntaxError | None = None
+        self._raised: BaseException | None = None
+        self._saved: tuple[list[str], str | None, ModuleType | None] | None = None
+
+    @property
+    def namespace(self) -> dict[str, Any]:
+        """The globals of the program's ``__main__`` module."""
+        return self._module.__dict__
+
+    def __enter__(self) -> CodeType:
+        saved_path0 = sys.path[0] if sys.path else None
+        self._saved = (sys.argv, saved_path0, sys.modules.get("__main__"))
+        sys.argv = [str(self._typed), *self._argv]
+        folder = os.path.dirname(os.path.realpath(self._path))
+        if sys.path:
+            sys.path[0] = folder
+        else:
+            sys.path.append(folder)
+        sys.modules["__main__"] = self._module
+        self._finder.install()
+        _start(self._runtimes)
         try:
-            code, bind = binder.code(path, module_name(root.resolve(), path.resolve()))
+            module = module_name(self._root.resolve(), self._path.resolve())
+            self._code, bind = self._binder.code(self._path, module)
         except SyntaxError as error:
-            _report(type(error), error, None)  # as python: no frames, just the line
-            return 1
+            self._unreadable = error
+            return _NOTHING
         if bind is not None:
-            main.__dict__[BIND_NAME] = bind
-        exec(code, main.__dict__)
-    except SystemExit as done:
-        return _exit_code(done)
-    except KeyboardInterrupt:
-        _report(*sys.exc_info())
-        interrupted = True
-        return 130  # only if the signal does not end the process
-    except BaseException:
-        _report(*sys.exc_info())
-        return 1
-    finally:
-        sys.stdout.flush()
-        finder.remove()
-        binder.jits.remove()
-        _close(runtimes)
-        sys.argv = saved_argv
-        if saved_path0 is not None:
-            sys.path[0] = saved_path0
-        if saved_main is not None:
-            sys.modules["__main__"] = saved_main
-        if interrupted:
-            _end_by_sigint()
-    return 0
+            self.namespace[BIND_NAME] = bind
+        return self._code
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        if value is not None:
+            self._raised = value
+        return True
+
+    def end(self) -> int:
+        """Report what the program raised and undo the set-up: the program's
+        exit code, as python's. An uncaught KeyboardInterrupt ends the process
+        by SIGINT, as python's does, and this does not return."""
+        raised, self._raised = self._raised, None
+        interrupted = False
+        try:
+            if self._unreadable is not None:
+                _report(type(self._unreadable), self._unreadable, None)  # as python: just the line
+                return 1
+            if raised is None:
+                return 0
+            if isinstance(raised, SystemExit):
+                return _exit_code(raised)
+            _report(type(raised), raised, self._own_frames_left(raised.__traceback__))
+            if isinstance(raised, KeyboardInterrupt):
+                interrupted = True
+                return 130  # only if the signal does not end the process
+            return 1
+        finally:
+            sys.stdout.flush()
+            self._finder.remove()
+            self._binder.jits.remove()
+            _close(self._runtimes)
+            if self._saved is not None:
+                saved_argv, saved_path0, saved_main = self._saved
+                sys.argv = saved_argv
+                if saved_path0 is not None:
+                    sys.path[0] = saved_path0
+                if saved_main is not None:
+                    sys.modules["__main__"] = saved_main
+            if interrupted:
+                _end_by_sigint()
+
+    def _own_frames_left(self, tb: TracebackType | None) -> TracebackType | None:
+        """The traceback from the program's module frame on: the frame that ran
+        it, and any above, are not the program's."""
+        while tb is not None and tb.tb_frame.f_code is not self._code:
+            tb = tb.tb_next
+        return tb
 
 
 def _end_by_sigint() -> None:

@@ -22,9 +22,10 @@ if TYPE_CHECKING:
     from ppy.artifact.model import Artifact
     from ppy.build.pipeline import Project
     from ppy.config import Config
+    from ppy.run.program import Program
     from ppy.runtime import Runtime
 
-__all__ = ["Prepared", "prepare", "run"]
+__all__ = ["Prepared", "launch", "prepare"]
 
 
 @dataclass(frozen=True)
@@ -37,11 +38,14 @@ class Prepared:
     runtimes: Mapping[str, Runtime]
 
 
-def run(program: str, argv: list[str], *, build: bool = True, config: Config | None = None) -> int:
-    """``ppy run PROGRAM ARGV``: prepare, then run; the program's exit code.
+def launch(
+    program: str, argv: list[str], *, build: bool = True, config: Config | None = None
+) -> Program:
+    """``ppy run PROGRAM ARGV``: prepare, and give the program ready to run
+    (the caller runs it, in its own frame: ``ppy.run.program.Program``).
     ``program`` is the path as typed, which the program sees as ``sys.argv[0]``;
     ``config``, the program's configuration where it was read already."""
-    from ppy.run.program import run_program
+    from ppy.run.program import Program
 
     prepared = prepare(Path(program), build=build, config=config)
     # Everything alive now is ppy's (the parser, the configuration, the
@@ -51,7 +55,7 @@ def run(program: str, argv: list[str], *, build: bool = True, config: Config | N
     # no such objects to traverse. The program's own objects are collected as
     # ever.
     gc.freeze()
-    return run_program(
+    return Program(
         program,
         argv,
         artifact=prepared.artifact,

@@ -31,8 +31,10 @@ __all__ = ["become"]
 _PR_SET_PDEATHSIG = 1
 
 
-def become(job: Job) -> int:
-    """Take the request as this process's own, run it, and return its exit code."""
+def become(job: Job) -> list[str]:
+    """Take the request as this process's own; the ``ppy`` arguments to run.
+    The server's entry runs them, so the program's frame is as near the top
+    of the stack as under the ``ppy`` script (``ppy.warm.server.ENTRY``)."""
     request = job.request
     parent = os.getppid()
     _die_with(parent)
@@ -55,10 +57,7 @@ def become(job: Job) -> int:
     sys.path[:] = job.server_path
     sys.orig_argv[:] = list(request.orig_argv)
     _fresh_randomness()
-
-    from ppy.cli.main import main
-
-    return main(list(request.ppy_argv), warm=False)
+    return list(request.ppy_argv)
 
 
 def _die_with(parent: int) -> None:

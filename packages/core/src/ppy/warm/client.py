@@ -161,6 +161,7 @@ def _start(place: Place, key: Key, config: Config) -> socket.socket:
         if sock is not None:
             return sock
         from ppy.log import get_logger
+        from ppy.warm.server import ENTRY
 
         idle = os.environ.get(IDLE_ENV) or str(config.run.idle_timeout)
         with open(place.log, "wb") as log:
@@ -168,8 +169,8 @@ def _start(place: Place, key: Key, config: Config) -> socket.socket:
                 [
                     sys.executable,
                     *_interpreter_flags(),
-                    "-m",
-                    "ppy.warm.server",
+                    "-c",
+                    ENTRY,
                     str(place.folder),
                     place.name,
                     key.digest,

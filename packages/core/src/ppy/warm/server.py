@@ -1,15 +1,15 @@
 """The warm server: imports jax once, then forks a child for every run.
 
-``python -m ppy.warm.server FOLDER NAME DIGEST ROOT IDLE [PRELOAD...]`` is
-started by the first warm run of a key (``ppy.warm.client``), in a session
-of its own. It imports jax, ``jax.numpy``, what ``ppy run`` and the
+``python -c ENTRY FOLDER NAME DIGEST ROOT IDLE [PRELOAD...]`` is started by
+the first warm run of a key (``ppy.warm.client``), in a session of its own.
+It imports jax, ``jax.numpy``, what ``ppy run`` and the
 installed runtimes import, and the project's ``preload`` modules, and never
 starts jax's backend: no device is opened and nothing is compiled here, so
 there is no backend state for a fork to share. Then it listens.
 
 One thread, one ``selectors`` loop, like multiprocessing's forkserver: a
 run request is checked, the server forks, and the child returns out of
-``Server.serve`` to the top of this module, becomes the run
+``Server.serve`` to the top of ``ENTRY``, becomes the run
 (``ppy.warm.child``) and ends through the interpreter's own exit, so
 ``atexit`` handlers, the flush of stdout and its errors happen as in a
 direct run. The server relays the client's signals to the child, tells the
@@ -38,7 +38,7 @@ from typing import Any, Final
 from ppy.warm.place import Place, close_folder_fds
 from ppy.warm.protocol import FORWARDED, ProtocolError, Request, parse_request, receive, send
 
-__all__ = ["MAX_RUNS", "Job", "Server", "main"]
+__all__ = ["ENTRY", "MAX_RUNS", "Job", "Server", "main"]
 
 #: Runs served at once; one more is answered "full" and goes cold.
 MAX_RUNS: Final = 32
@@ -400,8 +400,6 @@ def main(argv: list[str]) -> Job | None:
 
     folder, name, digest, root, idle = argv[:5]
     preload = argv[5:]
-    # The -m entry's folder is not a program's: the child puts the script's there.
-    sys.path[0] = ""
     key = make_key(Path(root), preload, os.environ)
     if key.digest != digest:
         print("ppy warm server: this environment gives another key; not serving", file=sys.stderr)
@@ -422,9 +420,18 @@ def main(argv: list[str]) -> Job | None:
     return server.serve()
 
 
-if __name__ == "__main__":
-    job = main(sys.argv[1:])
-    if job is not None:
-        from ppy.warm.child import become
-
-        sys.exit(become(job))
+#: What the server's interpreter runs, as ``python -c ENTRY FOLDER NAME DIGEST
+#: ROOT IDLE [PRELOAD...]``. In a forked child ``ppy.cli.main.main``, which
+#: runs the program in its own frame, is called from this module frame: the
+#: frames a program sees above its own are these two, as under the ``ppy``
+#: script (``-m`` would add runpy's two and this module's). ``-c`` puts ""
+#: first on ``sys.path``, where the child puts the script's folder.
+ENTRY = """\
+import sys
+from ppy.warm.server import main as serve
+job = serve(sys.argv[1:])
+if job is not None:
+    from ppy.cli.main import main
+    from ppy.warm.child import become
+    sys.exit(main(become(job), warm=False))
+"""
