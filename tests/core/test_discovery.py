@@ -433,6 +433,64 @@ def test_pytrees_jaxtyping_like_and_flags_are_read_from_the_source() -> None:
     assert "Shaped allows several dtypes" in y.spec.problems[0]
 
 
+def test_like_axes_are_read_from_the_source_and_a_bad_form_is_a_problem() -> None:
+    from ppy.policy import signature
+
+    module = discover(
+        """
+        from typing import Annotated, Any
+        import jax, ppy
+
+        AXES = {0: "B"}
+
+        def make(): ...
+
+        Batch = Annotated[Any, ppy.Like(make, axes={0: "B", -1: "T"})]
+
+        @jax.jit
+        def f(
+            batch: Batch,
+            plain: Annotated[Any, ppy.Like("make", axes={})],
+            variable: Annotated[Any, ppy.Like(make, axes=AXES)],
+            sized: Annotated[Any, ppy.Like(make, dims={"B": 32})],
+            number: Annotated[Any, ppy.Like(make, axes={0: 32})],
+            keyed: Annotated[Any, ppy.Like(make, axes={"0": "B"})],
+            nothing: Annotated[Any, ppy.Like(make, {0: "B"})],
+        ): ...
+        """
+    )
+    f = function(module, "f")
+    batch, plain, variable, sized, number, keyed, nothing = f.parameters
+    assert (batch.like, batch.like_axes, batch.spec.problems) == ("make", ((0, "B"), (-1, "T")), ())
+    assert (plain.like, plain.like_axes, plain.spec.problems) == ("make", (), ())
+    assert signature(f).startswith("f(batch: Like(make, axes={0: 'B', -1: 'T'}), plain: Like(make)")
+    problems = {
+        p.name: p.spec.problems for p in (variable, sized, number, keyed, nothing) if p.like is None
+    }
+    assert problems == {
+        "variable": (
+            "model.ppy:15: ppy.Like's axes must be a literal dict so the build can read it, "
+            'such as axes={0: "B"}: ppy.Like(make, axes=AXES)',
+        ),
+        "sized": (
+            "model.ppy:16: ppy.Like has no dims=; mark axes of every leaf symbolic by their "
+            "position, as in axes={0: \"B\"}: ppy.Like(make, dims={'B': 32})",
+        ),
+        "number": (
+            "model.ppy:17: ppy.Like: axes[0] is 32, which is not a symbolic name; a marked axis "
+            'takes a name such as "B" (not a size, not an expression), as in axes={0: "B"}',
+        ),
+        "keyed": (
+            "model.ppy:18: ppy.Like: axes key '0' is a str; a key is an axis number (0 for the "
+            'first, -1 for the last), as in axes={0: "B"}',
+        ),
+        "nothing": (
+            "model.ppy:19: ppy.Like takes one module-level function, by itself or by its name "
+            "as a string, and optionally axes={0: \"B\"}: ppy.Like(make, {0: 'B'})",
+        ),
+    }
+
+
 def test_a_sharding_is_read_as_written_and_a_bad_one_is_a_problem() -> None:
     module = discover(
         """

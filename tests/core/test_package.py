@@ -52,6 +52,31 @@ def test_dtype_names_the_allowed_dtypes_when_wrong() -> None:
         ppy.DType("float")
 
 
+def test_like_keeps_the_axes_it_marks_in_one_order() -> None:
+    def make() -> None: ...
+
+    assert ppy.Like(make).axes == ()
+    marked = ppy.Like(make, axes={-1: "T", 0: "B"})
+    assert marked.axes == ((0, "B"), (-1, "T"))
+    assert marked == ppy.Like(make, axes={0: "B", -1: "T"}) != ppy.Like(make)
+    assert repr(marked) == "ppy.Like(make, axes={0: 'B', -1: 'T'})"
+
+
+@pytest.mark.parametrize(
+    ("axes", "message"),
+    [
+        ([0], r"axes=\[0\] is a list; give a dict from an axis of every leaf"),
+        ({"0": "B"}, r"axes key '0' is a str; a key is an axis number"),
+        ({True: "B"}, r"axes key True is a bool"),
+        ({0: 32}, r"axes\[0\] is 32, which is not a symbolic name; .* such as \"B\""),
+        ({0: "2*B"}, r"axes\[0\] is '2\*B', which is not a symbolic name"),
+    ],
+)
+def test_like_refuses_axes_it_cannot_mark_with_a_clear_message(axes: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ppy.Like(len, axes=axes)  # type: ignore[arg-type]
+
+
 def test_markers_are_inert() -> None:
     def f(x: float) -> float:
         return x + 1

@@ -76,6 +76,50 @@ FILES = {
 
     globals()["Vec"] = Annotated[jax.Array, ppy.Shape("N", 2), ppy.DType("int32")]
     """,
+    # ppy.Like with axes: one marked right, and each way an example can refuse a mark.
+    "likes.ppy": "    from __future__ import annotations\n"
+    + HEADER
+    + """
+    from typing import Any
+
+    def make_batch():
+        return {"x": jnp.zeros((32, 4), jnp.float32), "y": jnp.zeros(32, jnp.int32)}
+
+    def make_odd():
+        return {"x": jnp.zeros((32, 4), jnp.float32), "y": jnp.zeros(16, jnp.int32)}
+
+    def make_none():
+        return {}
+
+    Batch = Annotated[Any, ppy.Like(make_batch, axes={0: "B"})]
+    Rebound = Annotated[Any, ppy.Like(make_batch, axes={0: "B"})]
+
+    @jax.jit
+    def weigh(batch: Batch, w: Annotated[jax.Array, ppy.Shape("B"), ppy.DType("float32")]):
+        return (batch["x"].sum(axis=1) + batch["y"]) * w
+
+    @jax.jit
+    def no_axis(batch: Annotated[Any, ppy.Like(make_batch, axes={1: "T"})]):
+        return batch["x"]
+
+    @jax.jit
+    def two_sizes(batch: Annotated[Any, ppy.Like(make_odd, axes={0: "B"})]):
+        return batch["x"]
+
+    @jax.jit
+    def one_axis_twice(batch: Annotated[Any, ppy.Like(make_batch, axes={0: "B", -1: "T"})]):
+        return batch["x"]
+
+    @jax.jit
+    def no_leaves(batch: Annotated[Any, ppy.Like(make_none, axes={0: "B"})]):
+        return jnp.zeros(())
+
+    @jax.jit
+    def rebound(batch: Rebound):
+        return batch["x"]
+
+    globals()["Rebound"] = Annotated[Any, ppy.Like(make_batch, axes={0: "N"})]
+    """,
     # The worker dies while exporting the second function: the first is kept.
     "crash.ppy": HEADER
     + """
@@ -99,7 +143,7 @@ FILES = {
     """,
 }
 
-ORDER = ("pkg/helpers.ppy", "model.ppy", "rebound.ppy", "crash.ppy", "zlast.ppy")
+ORDER = ("pkg/helpers.ppy", "model.ppy", "rebound.ppy", "likes.ppy", "crash.ppy", "zlast.ppy")
 
 
 @pytest.fixture(scope="module")
@@ -199,6 +243,66 @@ def test_an_annotation_that_changes_at_run_time_is_not_exported(
     assert mean.rule == "annotation-mismatch"
     assert "parameter x is int32[N,2] at run time" in mean.reason and "float32[N]" in mean.reason
     assert mean.remedy
+
+
+def test_like_axes_make_the_example_batch_symbolic_and_share_it_with_a_shape(
+    staged: Mapping[str, Entry | StageFailure],
+) -> None:
+    weigh = _entry(staged, "likes.weigh")
+    assert [(s.name, s.dims) for s in weigh.inputs] == [
+        ("batch['x']", ("B", 4)),
+        ("batch['y']", ("B",)),
+        ("w", ("B",)),
+    ]
+    exported = export.deserialize(bytearray(weigh.payload["export"]))
+    for n in (32, 3):  # the example's size, and one it never had
+        x, y = jnp.ones((n, 4), jnp.float32), jnp.arange(n, dtype=jnp.int32)
+        (out,) = exported.call(x, y, jnp.full(n, 2.0, jnp.float32))
+        assert np.asarray(out).tolist() == [(4.0 + i) * 2 for i in range(n)]
+
+
+@pytest.mark.parametrize(
+    ("function", "reason", "remedy"),
+    [
+        (
+            "no_axis",
+            "batch: ppy.Like(make_batch, axes={1: 'T'}) marks axis 1 of every leaf, but "
+            "batch['y'] is int32[32], which has no axis 1",
+            "mark only axes that every leaf of the example has",
+        ),
+        (
+            "two_sizes",
+            "batch: ppy.Like(make_odd, axes={0: 'B'}) makes B one size, but the example gives "
+            "batch['x'] 32 on the axis named B and batch['y'] 16 (int32[16])",
+            "make the example give every axis named B the same size",
+        ),
+        (
+            "one_axis_twice",
+            "batch: ppy.Like(make_batch, axes={0: 'B', -1: 'T'}) names axis 0 of batch['y'] "
+            "(int32[32]) both B and T",
+            "give each axis one name",
+        ),
+        (
+            "no_leaves",
+            "batch: ppy.Like(make_none, axes={0: 'B'}) marks axes of every leaf, but "
+            "make_none() gives no array leaves",
+            "describe the parameter with ppy.Like(example) alone",
+        ),
+        (
+            "rebound",
+            "parameter batch is ppy.Like(make_batch, axes={0: 'N'}) at run time but the "
+            "source reads ppy.Like(make_batch, axes={0: 'B'})",
+            "",
+        ),
+    ],
+)
+def test_like_axes_an_example_cannot_have_are_refused_with_a_remedy(
+    staged: Mapping[str, Entry | StageFailure], function: str, reason: str, remedy: str
+) -> None:
+    failure = _failure(staged, f"likes.{function}")
+    rule = "annotation-mismatch" if function == "rebound" else "invalid-spec"
+    assert (failure.rule, failure.reason) == (rule, reason)
+    assert failure.remedy and failure.remedy.startswith(remedy)
 
 
 def test_a_worker_that_dies_mid_module_keeps_what_was_done_and_a_new_one_goes_on(

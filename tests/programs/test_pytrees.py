@@ -155,3 +155,73 @@ def test_like_describes_a_tree_by_an_example(tmp_path: Path) -> None:
     assert compared.staged_calls("predict") == 1 and compared.staged_calls("bump") == 1
     (fallback,) = compared.fallbacks()
     assert fallback["function"] == "predict" and fallback["category"] == "tree"
+
+
+LIKE_BATCH = """\
+from typing import Annotated, Any
+
+import jax
+import jax.numpy as jnp
+
+import ppy
+
+
+def init_params():
+    return {"w": jnp.full((4, 2), 0.5, jnp.float32), "b": jnp.ones(2, jnp.float32)}
+
+
+def make_batch():
+    return {"x": jnp.zeros((32, 4), jnp.float32), "label": jnp.zeros(32, jnp.int32)}
+
+
+def make_tokens():
+    return (jnp.zeros((8, 16), jnp.int32), jnp.zeros((8, 16), jnp.float32))
+
+
+Params = Annotated[Any, ppy.Like(init_params)]
+Batch = Annotated[Any, ppy.Like(make_batch, axes={0: "B"})]
+Weights = Annotated[jax.Array, ppy.Shape("B"), ppy.DType("float32")]
+
+
+@jax.jit
+def loss(params: Params, batch: Batch, weights: Weights) -> jax.Array:
+    logits = batch["x"] @ params["w"] + params["b"]
+    picked = jnp.take_along_axis(logits, batch["label"][:, None], axis=1)[:, 0]
+    return jnp.sum(picked * weights) / batch["x"].shape[0]
+
+
+@jax.jit
+def masked_mean(tokens: Annotated[Any, ppy.Like(make_tokens, axes={0: "B", -1: "T"})]):
+    ids, mask = tokens
+    return jnp.sum(ids * mask, axis=-1) / jnp.maximum(jnp.sum(mask, axis=-1), 1.0)
+
+
+def main() -> None:
+    params = init_params()
+    for n in (32, 5):  # the example's batch, and one the build never saw
+        batch = {
+            "x": jnp.arange(n * 4, dtype=jnp.float32).reshape(n, 4) / 10,
+            "label": jnp.arange(n, dtype=jnp.int32) % 2,
+        }
+        weights = jnp.linspace(0, 1, n, dtype=jnp.float32)
+        print(n, round(float(loss(params, batch, weights)), 4))
+    for b, t in ((8, 16), (3, 7)):
+        ids = jnp.arange(b * t, dtype=jnp.int32).reshape(b, t)
+        print(b, t, masked_mean((ids, (ids % 3 == 0).astype(jnp.float32))).tolist())
+    # One symbol, two sizes: the batch's B is 5, the weights' 1 (jit broadcasts it).
+    batch = {"x": jnp.ones((5, 4), jnp.float32), "label": jnp.zeros(5, jnp.int32)}
+    print(float(loss(params, batch, jnp.ones(1, jnp.float32))))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_like_axes_export_a_batch_tree_for_every_batch_size(tmp_path: Path) -> None:
+    root = project(tmp_path / "p", {"model.ppy": LIKE_BATCH})
+    compared = differential(root, cache=tmp_path / "c")
+    assert compared.bound() == {"loss", "masked_mean"}
+    assert compared.staged_calls("loss") == 2 and compared.staged_calls("masked_mean") == 2
+    (fallback,) = compared.fallbacks()
+    assert (fallback["function"], fallback["category"]) == ("loss", "symbolic")

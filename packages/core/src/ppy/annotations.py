@@ -10,6 +10,7 @@ under plain ``python`` as well as under ``ppy build``.
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from typing import Final
 
 from ppy.spec import Axis
@@ -23,6 +24,8 @@ __all__ = [
     "check_axis",
     "check_dim",
     "check_dtype",
+    "check_like_axes",
+    "format_like_axes",
 ]
 
 #: Element types a staged input may have, spelled as numpy/jax name them.
@@ -193,12 +196,20 @@ class Like:
     ``opt.init(params)``), or its name as a string. The build evaluates it
     abstractly (``jax.eval_shape``): no FLOPs and no memory are spent, and
     the tree of shapes and dtypes it gives is the description.
+
+    ``axes`` marks axes of the example symbolic, by position in every leaf:
+    ``ppy.Like(make_batch, axes={0: "B"})`` says axis 0 of each leaf is
+    ``B``, whatever size the example gave it. Positions, not sizes, name the
+    axis, so a dim that merely equals the example's batch size is never
+    marked by accident; the build refuses a leaf that lacks the axis, or an
+    example whose leaves give one name two sizes.
     """
 
-    __slots__ = ("target",)
+    __slots__ = ("axes", "target")
     target: object
+    axes: tuple[tuple[int, str], ...]
 
-    def __init__(self, target: object) -> None:
+    def __init__(self, target: object, *, axes: Mapping[int, str] | None = None) -> None:
         if isinstance(target, str):
             if not target.isidentifier():
                 raise ValueError(
@@ -211,6 +222,7 @@ class Like:
                 "function of no arguments that builds an example value"
             )
         object.__setattr__(self, "target", target)
+        object.__setattr__(self, "axes", check_like_axes(axes))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("ppy.Like is immutable")
@@ -222,13 +234,52 @@ class Like:
         return target if isinstance(target, str) else getattr(target, "__name__", repr(target))
 
     def __repr__(self) -> str:
-        return f"ppy.Like({self.name})"
+        if not self.axes:
+            return f"ppy.Like({self.name})"
+        return f"ppy.Like({self.name}, axes={format_like_axes(self.axes)})"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Like) and other.target == self.target
+        return isinstance(other, Like) and (other.target, other.axes) == (self.target, self.axes)
 
     def __hash__(self) -> int:
-        return hash(("Like", self.name))
+        return hash(("Like", self.name, self.axes))
+
+
+def check_like_axes(axes: object) -> tuple[tuple[int, str], ...]:
+    """``ppy.Like``'s ``axes`` as sorted ``(axis, name)`` pairs, else ValueError saying why.
+
+    A key is an axis of every leaf, numbered as numpy numbers them (``-1``
+    the last); a value is a symbolic name, as ``ppy.Shape`` takes one. An
+    expression (``"2*B"``) is refused: the example gives the axis one size,
+    which says what ``B`` is only if the axis is ``B`` itself.
+    """
+    if axes is None:
+        return ()
+    if not isinstance(axes, Mapping):
+        raise ValueError(
+            f"ppy.Like: axes={axes!r} is a {type(axes).__name__}; give a dict from an axis "
+            'of every leaf to a symbolic name, such as axes={0: "B"}'
+        )
+    pairs: list[tuple[int, str]] = []
+    for axis, name in axes.items():
+        if isinstance(axis, bool) or not isinstance(axis, int):
+            raise ValueError(
+                f"ppy.Like: axes key {axis!r} is a {type(axis).__name__}; a key is an axis "
+                'number (0 for the first, -1 for the last), as in axes={0: "B"}'
+            )
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(
+                f"ppy.Like: axes[{axis}] is {name!r}, which is not a symbolic name; a marked "
+                'axis takes a name such as "B" (not a size, not an expression), as in '
+                'axes={0: "B"}'
+            )
+        pairs.append((axis, name))
+    return tuple(sorted(pairs, key=lambda pair: (pair[0] < 0, pair[0])))
+
+
+def format_like_axes(axes: tuple[tuple[int, str], ...]) -> str:
+    """``{0: 'B', -1: 'T'}``: ``axes`` as the source writes them."""
+    return "{" + ", ".join(f"{axis}: {name!r}" for axis, name in axes) + "}"
 
 
 class Sharding:

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePath
 from typing import Any, Final
 
+from ppy.annotations import format_like_axes
 from ppy.config import Config, remedy_for
 from ppy.decision import Check, Decision, Outcome
 from ppy.discovery.records import ArraySpec, FunctionInfo, ModuleInfo, Parameter
@@ -162,6 +163,9 @@ def _written(spec: ArraySpec, marker: str) -> bool:
 def _render(parameter: Parameter) -> str:
     spec = parameter.spec
     if parameter.like is not None:
+        if parameter.like_axes:
+            axes = format_like_axes(parameter.like_axes)
+            return f"{parameter.name}: Like({parameter.like}, axes={axes})"
         return f"{parameter.name}: Like({parameter.like})"
     if parameter.nest is not None:
         from ppy.record.generalise import Described

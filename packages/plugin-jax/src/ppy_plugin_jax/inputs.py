@@ -6,7 +6,8 @@ and the worker turns that into an abstract value (``abstract``): a
 ``jax.ShapeDtypeStruct`` for an array, or a pytree of them:
 
 - ``ppy.Like(example)``: ``jax.eval_shape(example)``, so building the
-  example spends no FLOPs and no memory;
+  example spends no FLOPs and no memory; ``axes={0: "B"}`` then makes axis 0
+  of every leaf the symbol ``B``, in the function's scope;
 - a class whose fields are described (a ``NamedTuple``, a ``TypedDict``, a
   dataclass jax flattens): an instance with each field's abstract value.
   The class's fields are read from its source, in whichever project module
@@ -33,12 +34,14 @@ __all__ = ["Abstract", "Undescribed", "abstract", "describe"]
 
 
 class Undescribed(Exception):
-    """An input the worker cannot build an abstract value for: the rule and why."""
+    """An input the worker cannot build an abstract value for: the rule, why,
+    and a remedy of its own where the rule's general one would not say enough."""
 
-    def __init__(self, rule: str, reason: str) -> None:
+    def __init__(self, rule: str, reason: str, remedy: str | None = None) -> None:
         super().__init__(reason)
         self.rule = rule
         self.reason = reason
+        self.remedy = remedy
 
 
 def describe(parameter: Parameter, static: bool = False) -> dict[str, Any]:
@@ -62,6 +65,7 @@ def describe(parameter: Parameter, static: bool = False) -> dict[str, Any]:
         "choices": list(parameter.choices) if parameter.choices is not None else None,
         "array": array,
         "like": parameter.like,
+        "like_axes": [list(pair) for pair in parameter.like_axes],
         "nest": json.loads(parameter.nest) if parameter.nest is not None else None,
         "tree": parameter.tree,
         "has_default": parameter.has_default,
@@ -105,7 +109,8 @@ class _Builder:
         if desc.get("array") is not None:
             value = self.array(desc["array"])
         elif desc.get("like") is not None:
-            value = self.like(desc["like"], names, where)
+            axes = [(int(axis), str(name)) for axis, name in desc.get("like_axes") or ()]
+            value = self.like(desc["like"], axes, names, where)
         elif desc.get("tree") is not None:
             value = self.tree(desc["tree"], names, where)
         elif desc.get("nest") is not None:
@@ -171,7 +176,10 @@ class _Builder:
                 f"({type(error).__name__}: {error}); record again, or describe it with ppy.Like",
             ) from None
 
-    def like(self, name: str, names: dict[str, Any], where: str) -> Any:
+    def like(
+        self, name: str, axes: list[tuple[int, str]], names: dict[str, Any], where: str
+    ) -> Any:
+        """The example's tree of shapes, with the ``axes`` it marks made symbolic."""
         import jax
 
         example = names.get(name)
@@ -182,10 +190,25 @@ class _Builder:
                 f"({type(example).__name__ if name in names else 'undefined'})",
             )
         shapes = jax.eval_shape(example)
-        return jax.tree_util.tree_map(
-            lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype),  # type: ignore[no-untyped-call]
-            shapes,
-        )
+        if not axes:
+            return jax.tree_util.tree_map(
+                lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype),  # type: ignore[no-untyped-call]
+                shapes,
+            )
+        flat, tree = jax.tree_util.tree_flatten_with_path(shapes)
+        marking = _Marking(name, axes, where)
+        if not flat:
+            raise Undescribed(
+                "invalid-spec",
+                f"{where}: {marking.written} marks axes of every leaf, but {name}() "
+                "gives no array leaves",
+                "describe the parameter with ppy.Like(example) alone, or give the example arrays",
+            )
+        leaves = []
+        for path, leaf in flat:
+            dims = marking.dims(where + jax.tree_util.keystr(path), leaf)
+            leaves.append(self.array({"dims": dims, "dtype": str(leaf.dtype)}))
+        return jax.tree_util.tree_unflatten(tree, leaves)
 
     def tree(self, written: str, names: dict[str, Any], where: str) -> Any:
         import jax
@@ -248,6 +271,65 @@ class _Builder:
         if not path.is_relative_to(self.root):
             return None
         return _classes(str(self.root), str(path)).get(kind.__qualname__)
+
+
+class _Marking:
+    """``ppy.Like(example, axes=...)`` applied to the example's leaves one at a time.
+
+    Axes are named by position so that no dim is marked for merely having
+    the batch's size; what a position cannot say, the example checks: every
+    leaf must have each marked axis, and one name must have one size across
+    the leaves (they are one symbol in the export, so an example that gives
+    ``B`` two sizes describes inputs no call could pass).
+    """
+
+    def __init__(self, name: str, axes: list[tuple[int, str]], where: str) -> None:
+        from ppy.annotations import format_like_axes
+
+        self.axes = axes
+        self.where = where
+        self.written = f"ppy.Like({name}, axes={format_like_axes(tuple(axes))})"
+        #: Each name's size in the example, and the first leaf that gave it.
+        self.sizes: dict[str, tuple[int, str]] = {}
+
+    def dims(self, leaf_name: str, leaf: Any) -> list[int | str]:
+        """``leaf``'s dims with the marked ones named, or Undescribed saying why not."""
+        shape = tuple(int(d) for d in leaf.shape)
+        shown = f"{leaf.dtype}[{','.join(str(d) for d in shape)}]"
+        named: dict[int, str] = {}
+        for axis, symbol in self.axes:
+            if not -len(shape) <= axis < len(shape):
+                raise Undescribed(
+                    "invalid-spec",
+                    f"{self.where}: {self.written} marks axis {axis} of every leaf, but "
+                    f"{leaf_name} is {shown}, which has no axis {axis}",
+                    "mark only axes that every leaf of the example has, or pass the leaves "
+                    "without them as a parameter of their own",
+                )
+            position = axis % len(shape)
+            if named.setdefault(position, symbol) != symbol:
+                raise Undescribed(
+                    "invalid-spec",
+                    f"{self.where}: {self.written} names axis {position} of {leaf_name} "
+                    f"({shown}) both {named[position]} and {symbol}",
+                    "give each axis one name: mark it by its number from the start or from "
+                    "the end, not both, or pass the leaves of another rank as a parameter of "
+                    "their own",
+                )
+        dims: list[int | str] = list(shape)
+        for position, symbol in named.items():
+            size, first = self.sizes.setdefault(symbol, (shape[position], leaf_name))
+            if size != shape[position]:
+                raise Undescribed(
+                    "invalid-spec",
+                    f"{self.where}: {self.written} makes {symbol} one size, but the example "
+                    f"gives {first} {size} on the axis named {symbol} and {leaf_name} "
+                    f"{shape[position]} ({shown})",
+                    f"make the example give every axis named {symbol} the same size, or pass "
+                    "the leaves that differ as a parameter of their own",
+                )
+            dims[position] = symbol
+        return dims
 
 
 def _resolved(ref: str) -> Any:

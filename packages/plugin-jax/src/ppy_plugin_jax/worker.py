@@ -79,8 +79,9 @@ def _runtime_annotations(fn: Any, function: Mapping[str, Any]) -> str | None:
 
     Discovery reads annotations from the AST; this is the check that the code,
     once run, means the same thing (an alias rebound at run time, a shape built
-    from a variable). It covers ``ppy.Shape`` and ``ppy.DType``; a jaxtyping
-    annotation is read from the source only.
+    from a variable). It covers ``ppy.Shape``, ``ppy.DType`` and the axes a
+    ``ppy.Like`` marks (which decide what the export accepts as much as a
+    shape does); a jaxtyping annotation is read from the source only.
     """
     import typing
 
@@ -93,10 +94,19 @@ def _runtime_annotations(fn: Any, function: Mapping[str, Any]) -> str | None:
     except Exception as error:  # annotations that do not evaluate are the user's to fix
         return f"its annotations do not evaluate at run time: {type(error).__name__}: {error}"
     for param in function["params"]:
+        metadata = getattr(hints.get(param["name"]), "__metadata__", ())
+        likes = [m for m in metadata if isinstance(m, ppy.Like)]
+        if param.get("like") is not None and likes:
+            read_axes = tuple((int(a), str(n)) for a, n in param.get("like_axes") or ())
+            if likes[0].axes != read_axes:
+                written = ppy.Like(param["like"], axes=dict(read_axes))
+                return (
+                    f"parameter {param['name']} is {likes[0]!r} at run time but the source "
+                    f"reads {written!r}"
+                )
         array = param["array"]
         if array is None or not array["ppy"]:
             continue
-        metadata = getattr(hints.get(param["name"]), "__metadata__", ())
         shapes = [m.dims for m in metadata if isinstance(m, ppy.Shape)]
         dtypes = [m.name for m in metadata if isinstance(m, ppy.DType)]
         live = (list(shapes[0]) if shapes else None, dtypes[0] if dtypes else None)
@@ -247,7 +257,7 @@ def _inputs(
     try:
         described = abstract(namespace, params, request["root"])
     except Undescribed as undescribed:
-        raise _Refusal(undescribed.rule, undescribed.reason) from None
+        raise _Refusal(undescribed.rule, undescribed.reason, remedy=undescribed.remedy) from None
     names = list(described.values)
     trees = tuple(described.values[name] for name in names)
     leaves, tree = jax.tree_util.tree_flatten(trees)

@@ -72,6 +72,9 @@ class Parameter:
     has_default: bool = False
     #: ``ppy.Like(example)``: the example function's name.
     like: str | None = None
+    #: ``ppy.Like(example, axes={0: "B"})``: the axes of every leaf the example
+    #: leaves symbolic, as sorted ``(axis, name)`` pairs.
+    like_axes: tuple[tuple[int, str], ...] = ()
     #: A class annotation, as written (``Params``, ``types.Params``).
     tree: str | None = None
     #: ``bool`` gives ``(False, True)``; ``Literal["a", 1]`` its values.

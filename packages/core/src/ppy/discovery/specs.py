@@ -12,7 +12,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Final
 
-from ppy.annotations import check_axis, check_dim, check_dtype
+from ppy.annotations import check_axis, check_dim, check_dtype, check_like_axes
 from ppy.discovery.imports import Names
 from ppy.discovery.records import ArraySpec, Parameter, ParameterKind
 from ppy.spec import WEAK_SCALARS, Axis
@@ -129,6 +129,7 @@ class Specs:
             ),
             has_default,
             like=found.like,
+            like_axes=found.like_axes,
             tree=found.tree,
             choices=found.choices,
         )
@@ -189,7 +190,7 @@ class Specs:
                 found.dtype, problems = self._dtype(item)
                 found.problems.extend(problems)
             elif marker in _LIKE:
-                found.like, problems = self._like(item)
+                found.like, found.like_axes, problems = self._like(item)
                 found.problems.extend(problems)
             elif marker in _SHARDING:
                 found.sharding, problems = self._sharding(item)
@@ -232,21 +233,49 @@ class Specs:
         if len(found.problems) == 0:
             found.shape, found.dtype, found.jaxtyping = tuple(dims), dtype, True
 
-    def _like(self, call: ast.Call) -> tuple[str | None, list[str]]:
-        if len(call.args) == 1 and not call.keywords:
-            arg = call.args[0]
-            if isinstance(arg, ast.Name):
-                return arg.id, []
-            if (
-                isinstance(arg, ast.Constant)
-                and isinstance(arg.value, str)
-                and arg.value.isidentifier()
-            ):
-                return arg.value, []
-        return None, [
-            f"{self._where(call)}: ppy.Like takes one module-level function, by itself or "
-            f"by its name as a string: {ast.unparse(call)}"
-        ]
+    def _like(self, call: ast.Call) -> tuple[str | None, tuple[tuple[int, str], ...], list[str]]:
+        """``ppy.Like(example)`` or ``ppy.Like(example, axes={0: "B"})``: the example's
+        name and the axes it marks, or the problem that keeps it from being read."""
+
+        def refused(problem: str) -> tuple[None, tuple[()], list[str]]:
+            return None, (), [f"{self._where(call)}: {problem}: {ast.unparse(call)}"]
+
+        keywords = {k.arg: k.value for k in call.keywords}
+        unknown = sorted(str(k) for k in set(keywords) - {"axes"})
+        if unknown:
+            # ``dims={"B": 32}`` would mark dims by size, which a dim that
+            # happens to equal 32 would match too; positions cannot.
+            return refused(
+                f"ppy.Like has no {unknown[0]}=; mark axes of every leaf symbolic by their "
+                'position, as in axes={0: "B"}'
+            )
+        arg = call.args[0] if len(call.args) == 1 else None
+        if isinstance(arg, ast.Name):
+            name = arg.id
+        elif (
+            isinstance(arg, ast.Constant)
+            and isinstance(arg.value, str)
+            and arg.value.isidentifier()
+        ):
+            name = arg.value
+        else:
+            return refused(
+                "ppy.Like takes one module-level function, by itself or by its name as a "
+                'string, and optionally axes={0: "B"}'
+            )
+        if "axes" not in keywords:
+            return name, (), []
+        try:
+            axes = ast.literal_eval(keywords["axes"])
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return refused(
+                "ppy.Like's axes must be a literal dict so the build can read it, "
+                'such as axes={0: "B"}'
+            )
+        try:
+            return name, check_like_axes(axes), []
+        except ValueError as error:
+            return None, (), [f"{self._where(call)}: {error}"]
 
     def _where(self, node: ast.expr) -> str:
         return f"{self.path}:{node.lineno}"
@@ -309,6 +338,7 @@ class _SpecFound:
     shape: tuple[int | str, ...] | None = None
     dtype: str | None = None
     like: str | None = None
+    like_axes: tuple[tuple[int, str], ...] = ()
     tree: str | None = None
     choices: tuple[object, ...] | None = None
     jaxtyping: bool = False
