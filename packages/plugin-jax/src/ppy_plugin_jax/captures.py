@@ -112,11 +112,11 @@ class _Scan:
         self.found: dict[tuple[str, ...], Captured] = {}
         self.followed: set[types.CodeType] = set()
 
-    def _in_project(self, filename: str | None) -> bool:
+    def in_project(self, filename: str | None) -> bool:
         return bool(filename) and os.path.abspath(str(filename)).startswith(self.root)
 
     def _project_module(self, value: Any) -> bool:
-        return isinstance(value, types.ModuleType) and self._in_project(
+        return isinstance(value, types.ModuleType) and self.in_project(
             getattr(value, "__file__", None)
         )
 
@@ -144,7 +144,17 @@ class _Scan:
                 continue  # a builtin, or a name defined later (then the trace fails)
             self.value(fn.__globals__[head], (*path, head), f"{owner}.{head}", chain[1:])
 
-    def value(self, value: Any, path: tuple[str, ...], name: str, attrs: tuple[str, ...]) -> None:
+    def value(
+        self,
+        value: Any,
+        path: tuple[str, ...],
+        name: str,
+        attrs: tuple[str, ...],
+        *,
+        strict: bool = True,
+    ) -> None:
+        """Record ``value`` (or follow it: a project module, function or
+        class); ``strict`` off, a value with no fingerprint is not compared."""
         if isinstance(value, types.ModuleType):
             if not attrs:
                 self.record(path, name, value)
@@ -172,18 +182,18 @@ class _Scan:
             self.record((*path, "environ"), "os.environ", os.environ, strict=False)
             return
         fn = python_function(value)
-        if fn is not None and self._in_project(fn.__code__.co_filename):
+        if fn is not None and self.in_project(fn.__code__.co_filename):
             self.function(fn, path)
             return
         if (
             isinstance(value, type)
-            and self._in_project(getattr(sys.modules.get(value.__module__), "__file__", None))
+            and self.in_project(getattr(sys.modules.get(value.__module__), "__file__", None))
             and attrs
         ):
             inner = getattr(value, attrs[0], None)
             self.value(inner, (*path, attrs[0]), f"{name}.{attrs[0]}", attrs[1:])
             return
-        self.record(path, name, value)
+        self.record(path, name, value, strict=strict)
 
 
 def captures(
@@ -197,9 +207,14 @@ def captures(
     scan = _Scan(root, limit, flatten)
     scan.function(function, ())
     # A function made inside another reads that one's variables: each is
-    # traced as a constant, so it is compared like a global.
+    # traced as a constant, so it is compared like a global. A library's
+    # wrapper (jaxtyping's, around the program's function) holds the
+    # function it wraps there, which is followed, and data of its own made
+    # from that function (its signature), compared where it can be.
+    own = scan.in_project(function.__code__.co_filename)
     for name, value in sorted(closure(function).items()):
-        scan.value(value, (CLOSURE, name), f"{name} of the function around {function.__name__}", ())
+        where = f"{name} of the function around {function.__name__}"
+        scan.value(value, (CLOSURE, name), where, (), strict=own)
     # ``jax.jit(partial(g, k))``: what the partial binds is traced as
     # constants, so it is compared like a global, and a project function
     # among it is followed for what it reads in turn.
