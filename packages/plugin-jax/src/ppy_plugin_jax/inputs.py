@@ -14,7 +14,8 @@ and the worker turns that into an abstract value (``abstract``): a
   defines it, by the same discovery that read the function.
 
 Symbolic dims share one scope per function, across every parameter and
-field. This module imports jax only inside the functions the worker calls.
+field, with the project's constraints (``F <= N``) that name only its
+symbols. This module imports jax only inside the functions the worker calls.
 """
 
 from __future__ import annotations
@@ -85,17 +86,79 @@ class Abstract:
     #: Each leaf's ``ppy.Sharding`` entries, by the leaf's ``id``: its own, or
     #: its parameter's (or field's) where it sits in a described pytree.
     shardings: dict[int, tuple[Axis, ...]]
+    #: The constraints the scope holds: those that name only its symbols.
+    constraints: tuple[str, ...] = ()
 
 
 def abstract(
-    fn_globals: dict[str, Any], params: Sequence[Mapping[str, Any]], root: str
+    fn_globals: dict[str, Any],
+    params: Sequence[Mapping[str, Any]],
+    root: str,
+    constraints: Sequence[str] = (),
 ) -> Abstract:
-    """What the traced parameters look like, built from their descriptions."""
+    """What the traced parameters look like, built from their descriptions,
+    with the ``constraints`` that name only their symbols."""
     from jax import export
 
     builder = _Builder(export.SymbolicScope(), Path(root).resolve())
     values = {p["name"]: builder.value(p, fn_globals, p["name"]) for p in params if not p["static"]}
-    return Abstract(values, builder.written, builder.shardings)
+    found = Abstract(values, builder.written, builder.shardings)
+    symbols = _symbols(values)
+    held = tuple(c for c in constraints if symbols and _symbols_of(c) <= symbols)
+    return _constrained(found, held) if held else found
+
+
+#: The functions a dim expression may call; every other name in it is a symbol.
+_DIM_FUNCTIONS = frozenset({"floordiv", "mod", "max", "min", "non_negative"})
+
+
+def _symbols_of(text: str) -> set[str]:
+    import re
+
+    return set(re.findall(r"[A-Za-z_]\w*", text)) - _DIM_FUNCTIONS
+
+
+def _symbols(values: Any) -> set[str]:
+    """The symbols the leaves' dims name."""
+    import jax
+
+    return {
+        symbol
+        for leaf in jax.tree_util.tree_leaves(values)
+        for dim in getattr(leaf, "shape", ())
+        if not isinstance(dim, int)
+        for symbol in _symbols_of(str(dim))
+    }
+
+
+def _constrained(found: Abstract, constraints: tuple[str, ...]) -> Abstract:
+    """``found`` with its symbolic dims made again in a scope that holds
+    ``constraints``: jax takes a scope's constraints only as it is made, and
+    which apply is known only once every leaf is built. The leaves are
+    remade from their dims, so nothing of the program runs twice."""
+    import jax
+    from jax import export
+
+    scope = export.SymbolicScope(constraints)
+    written: dict[int, list[int | str]] = {}
+    shardings: dict[int, tuple[Axis, ...]] = {}
+
+    def remade(leaf: Any) -> Any:
+        if not isinstance(leaf, jax.ShapeDtypeStruct) or all(
+            isinstance(d, int) for d in leaf.shape
+        ):
+            new = leaf
+        else:
+            shape = export.symbolic_shape(", ".join(str(d) for d in leaf.shape), scope=scope)
+            new = jax.ShapeDtypeStruct(shape, leaf.dtype, weak_type=leaf.weak_type)  # type: ignore[no-untyped-call]
+        if id(leaf) in found.written:
+            written[id(new)] = found.written[id(leaf)]
+        if id(leaf) in found.shardings:
+            shardings[id(new)] = found.shardings[id(leaf)]
+        return new
+
+    values = jax.tree_util.tree_map(remade, found.values)
+    return Abstract(values, written, shardings, constraints)
 
 
 class _Builder:

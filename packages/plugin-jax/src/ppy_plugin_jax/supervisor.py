@@ -297,6 +297,7 @@ def export_in_worker(request: StageRequest) -> list[Entry | StageFailure]:
                     "memory_limit_mb": request.settings.get("export-memory-limit"),
                     "capture_limit": request.settings.get("captured-array-limit", DEFAULT_LIMIT),
                     "verify_sizes": request.settings.get("verify-sizes", True),
+                    "constraints": request.settings.get("constraints") or [],
                     "mesh": _mesh_json(request.settings.get("mesh")),
                     "capture": str(capture),
                     "modules": [_module_request(t) for t in pending],

@@ -224,6 +224,16 @@ def _export(module: Any, function: Mapping[str, Any], request: Mapping[str, Any]
         return _export_variants(module, function, request)
     except _Refusal as refusal:
         return refusal.result
+    except Exception as error:
+        if type(error).__name__ != "InconclusiveDimensionOperation":
+            raise
+        # jax cannot tell how two symbols compare: the project can say it.
+        return _Refusal(
+            "export-failed",
+            _describe(error, "exporting it", request["root"]),
+            remedy="state how the dims relate, as jax.export's symbolic constraints: "
+            '[tool.ppy.plugins.jax] constraints = ["N >= F"], say',
+        ).result
 
 
 @dataclass(frozen=True)
@@ -239,6 +249,8 @@ class _Inputs:
     digest: str
     #: The mesh the leaves are laid out over, or None for one device.
     mesh: MeshSpec | None = None
+    #: The constraints on its symbols the export assumes.
+    constraints: tuple[str, ...] = ()
 
 
 def _inputs(
@@ -255,7 +267,7 @@ def _inputs(
     python = traced_function(fn)
     namespace = python.__globals__ if python else vars(module)
     try:
-        described = abstract(namespace, params, request["root"])
+        described = abstract(namespace, params, request["root"], request.get("constraints", ()))
     except Undescribed as undescribed:
         raise _Refusal(undescribed.rule, undescribed.reason, remedy=undescribed.remedy) from None
     names = list(described.values)
@@ -276,7 +288,7 @@ def _inputs(
             leaves = place(leaves, specs, mesh)
         except Unplaced as error:
             raise _Refusal("sharding", str(error), remedy=error.remedy) from None
-    return _Inputs(names, specs, leaves, tree, digest, mesh)
+    return _Inputs(names, specs, leaves, tree, digest, mesh, described.constraints)
 
 
 def _captures(fn: Any, request: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -335,6 +347,7 @@ def _export_variants(
         captures=read,
         trace_config=traced_under,
         mesh=inputs.mesh,
+        constraints=inputs.constraints,
     )
     payload = contract.to_payload()
     return {
