@@ -184,12 +184,16 @@ def _leaf_specs(
                 "it as a traced value; describe it as an array, or make it a static field "
                 "(not a pytree leaf) of its class",
             )
-        dims = described.written.get(id(leaf)) or _dims(leaf)
+        written = described.written.get(id(leaf)) or _dims(leaf)
+        # A symbol split over mesh axes is exported as its multiple (4*B):
+        # the guard checks the export's dims, people read the source's.
+        dims = _dims(leaf) if described.multiples else written
         sharding = described.shardings.get(id(leaf), ()) if sharded else None
         specs.append(
             {
                 "name": name,
                 "dims": dims,
+                "shown": written,
                 "dtype": str(leaf.dtype),
                 "sharding": sharding,
                 "weak": bool(leaf.weak_type),
@@ -266,8 +270,13 @@ def _inputs(
 
     python = traced_function(fn)
     namespace = python.__globals__ if python else vars(module)
+    raw = request.get("mesh")
+    layout = MeshSpec.from_json(raw) if raw is not None else None
+    sizes = dict(zip(layout.names, layout.sizes, strict=True)) if layout is not None else None
     try:
-        described = abstract(namespace, params, request["root"], request.get("constraints", ()))
+        described = abstract(
+            namespace, params, request["root"], request.get("constraints", ()), sizes
+        )
     except Undescribed as undescribed:
         raise _Refusal(undescribed.rule, undescribed.reason, remedy=undescribed.remedy) from None
     names = list(described.values)
@@ -282,8 +291,7 @@ def _inputs(
     specs = _leaf_specs(names, trees, described)
     mesh = None
     if described.shardings:
-        raw = request.get("mesh")
-        mesh = MeshSpec.from_json(raw) if raw is not None else None
+        mesh = layout
         try:
             leaves = place(leaves, specs, mesh)
         except Unplaced as error:
@@ -354,6 +362,10 @@ def _export_variants(
         "ok": True,
         "payload": {k: base64.b64encode(v).decode("ascii") for k, v in payload.items()},
         "platforms": list(variants[0][1]),
+        # The inputs' dims as the source wrote them, where the export's differ.
+        "shown": [s["shown"] for s in inputs.specs]
+        if any(s["shown"] != s["dims"] for s in inputs.specs)
+        else None,
         "metadata": contract.to_metadata(),
     }
 
