@@ -133,6 +133,7 @@ def test_the_manifest_fields_are_the_documented_ones() -> None:
     }
     assert set(EXPORT.to_metadata()) == {
         "calling_convention",
+        "constraints",
         "captures",
         "trace_config",
         "in_shardings",

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import PERMISSIONS, models, run_ppy
 from tests.fidelity.support import differential, project
 
@@ -108,9 +110,15 @@ def _mesh(table: str) -> str:
     return PERMISSIONS + f"mesh = {table}\n"
 
 
-def test_a_data_parallel_mlp_on_a_1x4_mesh(tmp_path: Path) -> None:
-    root = project(tmp_path / "p", {"model.ppy": DATA_PARALLEL}, _mesh("{ data = 4 }"))
+@pytest.mark.parametrize("batch", ["4*B", "B", "2*B"])
+def test_a_data_parallel_mlp_on_a_1x4_mesh(tmp_path: Path, batch: str) -> None:
+    # "B" split over data = 4 can only take multiples of 4: it is exported as
+    # 4*B ("2*B" as 2*2*B), and the build line shows it as written.
+    program = DATA_PARALLEL.replace('ppy.Shape("4*B", 8)', f'ppy.Shape("{batch}", 8)')
+    root = project(tmp_path / "p", {"model.ppy": program}, _mesh("{ data = 4 }"))
     compared = differential(root, cache=tmp_path / "c", env=FOUR)
+    built = run_ppy("build", cwd=root, env={"PPY_CACHE_DIR": str(tmp_path / "c"), **FOUR})
+    assert f"x: float32[{batch}@data,8]" in built.stdout, built.stdout
     assert "P('data', None)" in compared.python.stdout
     assert compared.bound() == {"mlp"} and compared.staged_calls("mlp") == 2
     reasons = {str(f["reason"]) for f in compared.fallbacks()}
@@ -151,7 +159,7 @@ def test_what_cannot_be_laid_out_over_the_mesh_stays_unstaged(tmp_path: Path) ->
         F32 = ppy.DType("float32")
 
         @jax.jit
-        def odd(x: Annotated[jax.Array, ppy.Shape("B", 4), F32, ppy.Sharding("data")]):
+        def odd(x: Annotated[jax.Array, ppy.Shape("B+1", 4), F32, ppy.Sharding("data")]):
             return x * 2
 
         @jax.jit
@@ -163,10 +171,6 @@ def test_what_cannot_be_laid_out_over_the_mesh_stays_unstaged(tmp_path: Path) ->
             return x * 2
 
         @jax.jit
-        def half(x: Annotated[jax.Array, ppy.Shape("2*B", 4), F32, ppy.Sharding("data")]):
-            return x * 2
-
-        @jax.jit
         def twice(x: Annotated[jax.Array, ppy.Shape(8, 8), F32, ppy.Sharding("data", "data")]):
             return x * 2
         """
@@ -174,9 +178,8 @@ def test_what_cannot_be_laid_out_over_the_mesh_stays_unstaged(tmp_path: Path) ->
     refused = _refusals(with_mesh, tmp_path / "c")
     reasons = {name: reason for name, (reason, _) in refused.items()}
     remedies = {name: remedy for name, (_, remedy) in refused.items()}
-    assert "x dim 0 is 'B', which does not divide over data (4 devices)" in reasons["odd"]
-    assert remedies["odd"] == "write it as a multiple of 4: '4*B'"
-    assert remedies["half"] == "write it as a multiple of 4: '4*B'"
+    assert "x dim 0 is 'B+1', which does not divide over data (4 devices)" in reasons["odd"]
+    assert remedies["odd"] == "write it as a multiple of 4: '4*(B+1)'"
     assert (
         "sharded over model, which the mesh (data=4 (explicit)) does not have" in reasons["unknown"]
     )

@@ -99,6 +99,7 @@ def test_settings_default_to_off_and_the_build_machines_backend() -> None:
         "captured-array-limit": 1 << 20,
         "verify-sizes": True,
         "mesh": None,
+        "constraints": [],
     }
     settings = JaxExportPlugin().validate_settings(
         {"allow-build-export": True, "platforms": ["tpu", "cpu", "cpu"], "export-timeout": 3},
@@ -218,3 +219,13 @@ def test_the_worker_refuses_a_request_of_another_protocol() -> None:
         check=False,
     )
     assert result.returncode != 0 and "protocol" in result.stderr
+
+
+def test_constraints_are_comparisons_and_part_of_the_fingerprint() -> None:
+    plugin = JaxExportPlugin()
+    settings = plugin.validate_settings({"constraints": ["F  <= N", "B >= 2"]}, "pyproject.toml")
+    assert settings["constraints"] == ["F <= N", "B >= 2"]
+    assert plugin.fingerprint(settings) != plugin.fingerprint({"platforms": None})
+    for bad in ("F < N", "import os", 3):
+        with pytest.raises(ConfigError, match="not a comparison of two dim expressions"):
+            plugin.validate_settings({"constraints": [bad]}, "pyproject.toml")

@@ -14,11 +14,17 @@ and the worker turns that into an abstract value (``abstract``): a
   defines it, by the same discovery that read the function.
 
 Symbolic dims share one scope per function, across every parameter and
-field. This module imports jax only inside the functions the worker calls.
+field, with the project's constraints (``F <= N``) that name only its
+symbols. A symbol that a ``ppy.Sharding`` splits over mesh axes (``"B"``
+over ``data = 4``) can only take sizes those axes divide, and jax exports
+only what divides at every size: it is exported as the multiple it must be
+(``4*B``) everywhere it appears, and written as the source wrote it. This
+module imports jax only inside the functions the worker calls.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Mapping, Sequence
@@ -85,17 +91,121 @@ class Abstract:
     #: Each leaf's ``ppy.Sharding`` entries, by the leaf's ``id``: its own, or
     #: its parameter's (or field's) where it sits in a described pytree.
     shardings: dict[int, tuple[Axis, ...]]
+    #: The constraints the scope holds: those that name only its symbols.
+    constraints: tuple[str, ...] = ()
+    #: Each symbol a sharding splits, and the multiple it is exported as (``B`` as ``4*B``).
+    multiples: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 def abstract(
-    fn_globals: dict[str, Any], params: Sequence[Mapping[str, Any]], root: str
+    fn_globals: dict[str, Any],
+    params: Sequence[Mapping[str, Any]],
+    root: str,
+    constraints: Sequence[str] = (),
+    mesh: Mapping[str, int] | None = None,
 ) -> Abstract:
-    """What the traced parameters look like, built from their descriptions."""
+    """What the traced parameters look like, built from their descriptions,
+    with the ``constraints`` that name only their symbols, and the symbols
+    split over ``mesh``'s axes (name -> size) as the multiples they must be."""
     from jax import export
 
     builder = _Builder(export.SymbolicScope(), Path(root).resolve())
     values = {p["name"]: builder.value(p, fn_globals, p["name"]) for p in params if not p["static"]}
-    return Abstract(values, builder.written, builder.shardings)
+    found = Abstract(values, builder.written, builder.shardings)
+    multiples = _multiples(found, mesh) if mesh else {}
+    symbols = _symbols(values)
+    held = tuple(c for c in constraints if symbols and _symbols_of(c) <= symbols)
+    return _remade(found, held, multiples) if held or multiples else found
+
+
+def _multiples(found: Abstract, mesh: Mapping[str, int]) -> dict[str, int]:
+    """The multiple each symbol must be for every sharded dim it spans to
+    divide over its axes at every size: ``B`` over 4 devices is ``4*B``,
+    ``2*B`` over 4 is ``2*(2*B)``. Dims of other forms are left as written
+    (the placement then says what does not divide)."""
+    import math
+    import re
+
+    need: dict[str, int] = {}
+    for leaf, axes in found.shardings.items():
+        for dim, entry in zip(found.written.get(leaf, ()), axes, strict=False):
+            if entry is None or not isinstance(dim, str):
+                continue
+            match = re.fullmatch(r"\s*(?:(\d+)\s*\*\s*)?([A-Za-z_]\w*)\s*", dim)
+            if match is None:
+                continue
+            parts = math.prod(mesh.get(name, 1) for name in _axis_names(entry))
+            factor = parts // math.gcd(int(match.group(1) or 1), parts)
+            if factor > 1:
+                need[match.group(2)] = math.lcm(need.get(match.group(2), 1), factor)
+    return need
+
+
+def _axis_names(entry: str | tuple[str, ...]) -> tuple[str, ...]:
+    return (entry,) if isinstance(entry, str) else tuple(entry)
+
+
+#: The functions a dim expression may call; every other name in it is a symbol.
+_DIM_FUNCTIONS = frozenset({"floordiv", "mod", "max", "min", "non_negative"})
+
+
+def _symbols_of(text: str) -> set[str]:
+    import re
+
+    return set(re.findall(r"[A-Za-z_]\w*", text)) - _DIM_FUNCTIONS
+
+
+def _symbols(values: Any) -> set[str]:
+    """The symbols the leaves' dims name."""
+    import jax
+
+    return {
+        symbol
+        for leaf in jax.tree_util.tree_leaves(values)
+        for dim in getattr(leaf, "shape", ())
+        if not isinstance(dim, int)
+        for symbol in _symbols_of(str(dim))
+    }
+
+
+def _remade(found: Abstract, constraints: tuple[str, ...], multiples: dict[str, int]) -> Abstract:
+    """``found`` with its symbolic dims made again in a scope that holds
+    ``constraints``, each symbol of ``multiples`` as its multiple: jax takes
+    a scope's constraints only as it is made, and which apply is known only
+    once every leaf is built. The leaves are remade from their dims, so
+    nothing of the program runs twice."""
+    import re
+
+    import jax
+    from jax import export
+
+    def multiplied(text: str) -> str:
+        for symbol, factor in multiples.items():
+            text = re.sub(rf"\b{symbol}\b", f"{factor}*{symbol}", text)
+        return text
+
+    constraints = tuple(multiplied(c) for c in constraints)
+    scope = export.SymbolicScope(constraints)
+    written: dict[int, list[int | str]] = {}
+    shardings: dict[int, tuple[Axis, ...]] = {}
+
+    def remade(leaf: Any) -> Any:
+        if not isinstance(leaf, jax.ShapeDtypeStruct) or all(
+            isinstance(d, int) for d in leaf.shape
+        ):
+            new = leaf
+        else:
+            dims = ", ".join(str(d) for d in leaf.shape)
+            shape = export.symbolic_shape(multiplied(dims), scope=scope)
+            new = jax.ShapeDtypeStruct(shape, leaf.dtype, weak_type=leaf.weak_type)  # type: ignore[no-untyped-call]
+        if id(leaf) in found.written:
+            written[id(new)] = found.written[id(leaf)]
+        if id(leaf) in found.shardings:
+            shardings[id(new)] = found.shardings[id(leaf)]
+        return new
+
+    values = jax.tree_util.tree_map(remade, found.values)
+    return Abstract(values, written, shardings, constraints, multiples)
 
 
 class _Builder:

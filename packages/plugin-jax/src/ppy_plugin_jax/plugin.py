@@ -8,6 +8,7 @@ started by ``stage``; see ``supervisor.py``.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, Final
@@ -55,6 +56,13 @@ SETTINGS: Mapping[str, Setting] = {
         'without knowing the size (x.shape[0] == 5); "sample" also runs each export against '
         "the jitted function at several sizes (two compiles per size)",
         (True, False, "sample"),
+    ),
+    "constraints": Setting(
+        (list,),
+        None,
+        "what the export may assume of symbolic dims, as jax.export's symbolic constraints "
+        '(["F <= N", "B >= 2"]); each applies to the functions whose dims name all its '
+        "symbols, and a call where it does not hold takes the original path",
     ),
     "captured-array-limit": Setting(
         (int,),
@@ -144,6 +152,7 @@ class JaxExportPlugin:
                 )
             settings["platforms"] = sorted(set(platforms), key=PLATFORMS.index)
         settings["mesh"] = _mesh(settings["mesh"], settings.pop("mesh-axis-types"), path)
+        settings["constraints"] = _constraints(settings["constraints"], path)
         return settings
 
     def fingerprint(self, settings: Mapping[str, Any]) -> str:
@@ -151,9 +160,11 @@ class JaxExportPlugin:
         platforms = settings.get("platforms")
         chosen = ",".join(platforms) if platforms else "default"
         mesh = settings.get("mesh")
+        constraints = ",".join(settings.get("constraints") or ())
         return (
             f"ppy-plugin-jax={self.version},{versions};platforms={chosen};"
-            f"convention={JaxExport.CONVENTION};mesh={mesh.to_json() if mesh else None}"
+            f"convention={JaxExport.CONVENTION};mesh={mesh.to_json() if mesh else None};"
+            f"constraints={constraints}"
         )
 
     def check(
@@ -226,6 +237,28 @@ def _mesh(axes: Mapping[str, Any] | None, types: Any, path: str) -> MeshSpec | N
         tuple(axes.values()),
         tuple(by_axis.get(name, "explicit") for name in axes),
     )
+
+
+#: A symbolic constraint as jax.export takes it: two dim expressions and a comparison.
+_CONSTRAINT = re.compile(r"[\w\s+*()\-,]+(>=|<=|==)[\w\s+*()\-,]+", re.ASCII)
+
+
+def _constraints(value: Any, path: str) -> list[str]:
+    """``constraints`` as a list of ``e1 >= e2``, ``e1 <= e2`` or ``e1 == e2``
+    (jax parses the expressions when it exports), or ConfigError."""
+    from ppy.errors import ConfigError
+
+    if value is None:
+        return []
+    bad = [c for c in value if not isinstance(c, str) or not _CONSTRAINT.fullmatch(c)]
+    if bad:
+        raise ConfigError(
+            f"constraints {bad[0]!r} is not a comparison of two dim expressions",
+            path=path,
+            key="tool.ppy.plugins.jax.constraints",
+            remedy='write constraints = ["F <= N"], say: >=, <= or == between dim expressions',
+        )
+    return [" ".join(c.split()) for c in value]
 
 
 def _static_args(function: FunctionInfo) -> Check:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import json
 import os
 import selectors
@@ -160,11 +161,18 @@ def _entry(target: StageTarget, qualname: str, message: Mapping[str, Any]) -> En
     payload = {k: base64.b64decode(v) for k, v in message["payload"].items()}
     contract = JaxExport.from_mapping(message["metadata"], payload)
     first = contract.variants[0]
+    inputs = first.inputs
+    shown = message.get("shown")
+    if shown is not None:  # a symbol split over mesh axes: shown as written, not as 4*B
+        inputs = tuple(
+            dataclasses.replace(spec, dims=tuple(dims))
+            for spec, dims in zip(inputs, shown, strict=True)
+        )
     return Entry(
         module=target.module.name,
         qualname=qualname,
         kind=JaxExport.KIND,
-        inputs=first.inputs,
+        inputs=inputs,
         outputs=first.outputs,
         platforms=tuple(message["platforms"]),
         payload=contract.to_payload(),
@@ -297,6 +305,7 @@ def export_in_worker(request: StageRequest) -> list[Entry | StageFailure]:
                     "memory_limit_mb": request.settings.get("export-memory-limit"),
                     "capture_limit": request.settings.get("captured-array-limit", DEFAULT_LIMIT),
                     "verify_sizes": request.settings.get("verify-sizes", True),
+                    "constraints": request.settings.get("constraints") or [],
                     "mesh": _mesh_json(request.settings.get("mesh")),
                     "capture": str(capture),
                     "modules": [_module_request(t) for t in pending],

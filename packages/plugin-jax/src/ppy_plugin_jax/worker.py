@@ -184,12 +184,16 @@ def _leaf_specs(
                 "it as a traced value; describe it as an array, or make it a static field "
                 "(not a pytree leaf) of its class",
             )
-        dims = described.written.get(id(leaf)) or _dims(leaf)
+        written = described.written.get(id(leaf)) or _dims(leaf)
+        # A symbol split over mesh axes is exported as its multiple (4*B):
+        # the guard checks the export's dims, people read the source's.
+        dims = _dims(leaf) if described.multiples else written
         sharding = described.shardings.get(id(leaf), ()) if sharded else None
         specs.append(
             {
                 "name": name,
                 "dims": dims,
+                "shown": written,
                 "dtype": str(leaf.dtype),
                 "sharding": sharding,
                 "weak": bool(leaf.weak_type),
@@ -224,6 +228,16 @@ def _export(module: Any, function: Mapping[str, Any], request: Mapping[str, Any]
         return _export_variants(module, function, request)
     except _Refusal as refusal:
         return refusal.result
+    except Exception as error:
+        if type(error).__name__ != "InconclusiveDimensionOperation":
+            raise
+        # jax cannot tell how two symbols compare: the project can say it.
+        return _Refusal(
+            "export-failed",
+            _describe(error, "exporting it", request["root"]),
+            remedy="state how the dims relate, as jax.export's symbolic constraints: "
+            '[tool.ppy.plugins.jax] constraints = ["N >= F"], say',
+        ).result
 
 
 @dataclass(frozen=True)
@@ -239,6 +253,8 @@ class _Inputs:
     digest: str
     #: The mesh the leaves are laid out over, or None for one device.
     mesh: MeshSpec | None = None
+    #: The constraints on its symbols the export assumes.
+    constraints: tuple[str, ...] = ()
 
 
 def _inputs(
@@ -254,8 +270,13 @@ def _inputs(
 
     python = traced_function(fn)
     namespace = python.__globals__ if python else vars(module)
+    raw = request.get("mesh")
+    layout = MeshSpec.from_json(raw) if raw is not None else None
+    sizes = dict(zip(layout.names, layout.sizes, strict=True)) if layout is not None else None
     try:
-        described = abstract(namespace, params, request["root"])
+        described = abstract(
+            namespace, params, request["root"], request.get("constraints", ()), sizes
+        )
     except Undescribed as undescribed:
         raise _Refusal(undescribed.rule, undescribed.reason, remedy=undescribed.remedy) from None
     names = list(described.values)
@@ -270,13 +291,12 @@ def _inputs(
     specs = _leaf_specs(names, trees, described)
     mesh = None
     if described.shardings:
-        raw = request.get("mesh")
-        mesh = MeshSpec.from_json(raw) if raw is not None else None
+        mesh = layout
         try:
             leaves = place(leaves, specs, mesh)
         except Unplaced as error:
             raise _Refusal("sharding", str(error), remedy=error.remedy) from None
-    return _Inputs(names, specs, leaves, tree, digest, mesh)
+    return _Inputs(names, specs, leaves, tree, digest, mesh, described.constraints)
 
 
 def _captures(fn: Any, request: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -335,12 +355,17 @@ def _export_variants(
         captures=read,
         trace_config=traced_under,
         mesh=inputs.mesh,
+        constraints=inputs.constraints,
     )
     payload = contract.to_payload()
     return {
         "ok": True,
         "payload": {k: base64.b64encode(v).decode("ascii") for k, v in payload.items()},
         "platforms": list(variants[0][1]),
+        # The inputs' dims as the source wrote them, where the export's differ.
+        "shown": [s["shown"] for s in inputs.specs]
+        if any(s["shown"] != s["dims"] for s in inputs.specs)
+        else None,
         "metadata": contract.to_metadata(),
     }
 

@@ -623,6 +623,7 @@ class ExportRuntime:
                 array_types=(ArrayImpl, numpy.ndarray),
                 tracer_type=jax.core.Tracer,
                 sharded=mesh is not None,
+                constraints=contract.constraints,
             )
         except ValueError as error:
             raise NotBound(f"the input description does not read: {error}; rebuild") from error

@@ -16,7 +16,8 @@ dispatcher, which serves a signature only after ``Guard.check`` accepted it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import operator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,8 +73,11 @@ class Guard:
         array_types: tuple[type, ...],
         tracer_type: type,
         sharded: bool = False,
+        constraints: Sequence[str] = (),
     ) -> None:
         self.specs = tuple(specs)
+        #: What the export assumes of its symbols: ``(text, left, comparison, right)``.
+        self.constraints = tuple(_constraint(text) for text in constraints)
         #: Inputs are laid out over a mesh (``placement.Placement`` checks how),
         #: so they are committed to their devices, as a sharded array is.
         self.sharded = sharded
@@ -141,7 +145,28 @@ class Guard:
             solved = solve(uses)
             if isinstance(solved, Unfit):
                 return Fallback(solved.category, solved.detail)
+            for text, left, holds, right in self.constraints:
+                if not holds(left.value(solved), right.value(solved)):
+                    named = sorted(left.symbols | right.symbols)
+                    values = ", ".join(f"{symbol}={solved[symbol]}" for symbol in named)
+                    return Fallback("constraint", f"{text} does not hold for {values}")
         return tuple(signature)
+
+
+_COMPARISONS: dict[str, Callable[[int, int], bool]] = {
+    ">=": operator.ge,
+    "<=": operator.le,
+    "==": operator.eq,
+}
+
+
+def _constraint(text: str) -> tuple[str, DimExpr, Callable[[int, int], bool], DimExpr]:
+    """``"F <= N"`` as its two sides and the comparison (ValueError: not one)."""
+    for symbol, compare in _COMPARISONS.items():
+        left, found, right = text.partition(symbol)
+        if found:
+            return text, parse_dim(left.strip()), compare, parse_dim(right.strip())
+    raise ValueError(f"constraint {text!r} is not e1 >= e2, e1 <= e2 or e1 == e2")
 
 
 #: The Python scalars a weakly typed input takes (``WEAK_SCALARS``).

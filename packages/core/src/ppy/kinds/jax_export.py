@@ -97,7 +97,7 @@ class JaxExport(Kind):
     #: ``jax.export.Exported.serialize()`` bytes; ``stablehlo``, the module's
     #: text, UTF-8, for people and tools (the runtime reads ``export``).
     MEMBERS: ClassVar[tuple[str, ...]] = ("export", "stablehlo")
-    CONVENTION: ClassVar[int] = 6
+    CONVENTION: ClassVar[int] = 7
     #: How the inputs are laid out: on one device, or over ``mesh``.
     IN_SHARDINGS: ClassVar[tuple[str, ...]] = ("replicated", "mesh")
     #: The most variants one entry holds (the product of its static choices).
@@ -113,10 +113,14 @@ class JaxExport(Kind):
     trace_config: Mapping[str, str] = field(default_factory=dict)
     #: The mesh a sharded export was made for; None for one device.
     mesh: MeshSpec | None = None
+    #: What the export assumes of its symbols (``"F <= N"``), as jax.export's
+    #: symbolic constraints: a call where one does not hold is jit's.
+    constraints: tuple[str, ...] = ()
 
     def to_metadata(self) -> dict[str, Any]:
         return {
             "calling_convention": self.CONVENTION,
+            "constraints": list(self.constraints),
             "captures": [c.to_json() for c in self.captures],
             "trace_config": dict(sorted(self.trace_config.items())),
             "in_shardings": "replicated" if self.mesh is None else "mesh",
@@ -162,6 +166,7 @@ class JaxExport(Kind):
             captures=_captures(fields, "captures"),
             trace_config=fields.text_map("trace_config"),
             mesh=mesh,
+            constraints=fields.texts("constraints"),
         )
 
 
