@@ -71,3 +71,47 @@ def test_a_recorded_step_counter_is_staged(tmp_path: Path) -> None:
     assert "update(step: weak int32[], params: bfloat16[4], lr: weak float32[])" in built.stdout
     compared = differential(root, cache=cache, build=False)
     assert compared.staged_calls("update") == 3 and not compared.fallbacks()
+
+
+WEAK_LEAVES = """\
+from typing import Annotated, Any
+
+import jax
+import jax.numpy as jnp
+
+import ppy
+
+
+def init_params():
+    # No dtype: w is a weakly typed float32, as jnp.full(s, 0.1) makes it.
+    return {"w": jnp.full((3,), 0.5), "b": jnp.zeros(3, jnp.float32)}
+
+
+Params = Annotated[Any, ppy.Like(init_params)]
+
+
+@jax.jit
+def step(params: Params) -> Any:
+    # A weak w stays weak (w * 2), and b + w is strong: the first call's
+    # outputs are typed as jit's trace of that call types them.
+    return {"w": params["w"] * 2, "b": params["b"] + params["w"]}
+
+
+params = init_params()
+for _ in range(3):
+    params = step(params)
+    w = params["w"]
+    print(w, w.weak_type, (w + jnp.ones(3, jnp.bfloat16)).dtype, params["b"])
+strong = {"w": jnp.ones(3, jnp.float32), "b": jnp.ones(3, jnp.float32)}
+print(step(strong)["w"].weak_type)
+"""
+
+
+def test_a_weakly_typed_leaf_of_the_example_gets_a_variant_of_its_own(tmp_path: Path) -> None:
+    root = project(tmp_path / "p", {"model.ppy": WEAK_LEAVES})
+    compared = differential(root, cache=tmp_path / "c")
+    # The first three calls pass the example's weak w, the last a strong one:
+    # each is traced apart by jit, and each is staged.
+    assert "True bfloat16" in compared.python.stdout
+    assert compared.bound() == {"step"} and compared.staged_calls("step") == 4
+    assert not compared.fallbacks()

@@ -95,6 +95,9 @@ class Abstract:
     constraints: tuple[str, ...] = ()
     #: Each symbol a sharding splits, and the multiple it is exported as (``B`` as ``4*B``).
     multiples: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: The leaves a ``ppy.Like`` example gives weakly typed (``jnp.full(s, 0.1)``),
+    #: by ``id``: described strongly typed, and exported weakly typed too.
+    weak: set[int] = dataclasses.field(default_factory=set)
 
 
 def abstract(
@@ -111,7 +114,7 @@ def abstract(
 
     builder = _Builder(export.SymbolicScope(), Path(root).resolve())
     values = {p["name"]: builder.value(p, fn_globals, p["name"]) for p in params if not p["static"]}
-    found = Abstract(values, builder.written, builder.shardings)
+    found = Abstract(values, builder.written, builder.shardings, weak=builder.weak)
     multiples = _multiples(found, mesh) if mesh else {}
     symbols = _symbols(values)
     held = tuple(c for c in constraints if symbols and _symbols_of(c) <= symbols)
@@ -188,6 +191,7 @@ def _remade(found: Abstract, constraints: tuple[str, ...], multiples: dict[str, 
     scope = export.SymbolicScope(constraints)
     written: dict[int, list[int | str]] = {}
     shardings: dict[int, tuple[Axis, ...]] = {}
+    weak: set[int] = set()
 
     def remade(leaf: Any) -> Any:
         if not isinstance(leaf, jax.ShapeDtypeStruct) or all(
@@ -202,10 +206,12 @@ def _remade(found: Abstract, constraints: tuple[str, ...], multiples: dict[str, 
             written[id(new)] = found.written[id(leaf)]
         if id(leaf) in found.shardings:
             shardings[id(new)] = found.shardings[id(leaf)]
+        if id(leaf) in found.weak:
+            weak.add(id(new))
         return new
 
     values = jax.tree_util.tree_map(remade, found.values)
-    return Abstract(values, written, shardings, constraints, multiples)
+    return Abstract(values, written, shardings, constraints, multiples, weak)
 
 
 class _Builder:
@@ -214,6 +220,8 @@ class _Builder:
         self.root = root
         self.written: dict[int, list[int | str]] = {}
         self.shardings: dict[int, tuple[Axis, ...]] = {}
+        #: The leaves a ``ppy.Like`` example gives weakly typed, by ``id``.
+        self.weak: set[int] = set()
 
     def value(self, desc: Mapping[str, Any], names: dict[str, Any], where: str) -> Any:
         if desc.get("array") is not None:
@@ -301,10 +309,14 @@ class _Builder:
             )
         shapes = jax.eval_shape(example)
         if not axes:
-            return jax.tree_util.tree_map(
-                lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype),  # type: ignore[no-untyped-call]
-                shapes,
-            )
+
+            def strong(leaf: Any) -> Any:
+                made = jax.ShapeDtypeStruct(leaf.shape, leaf.dtype)  # type: ignore[no-untyped-call]
+                if leaf.weak_type:  # the example's own call may pass it so: a variant of its own
+                    self.weak.add(id(made))
+                return made
+
+            return jax.tree_util.tree_map(strong, shapes)
         flat, tree = jax.tree_util.tree_flatten_with_path(shapes)
         marking = _Marking(name, axes, where)
         if not flat:
@@ -318,6 +330,8 @@ class _Builder:
         for path, leaf in flat:
             dims = marking.dims(where + jax.tree_util.keystr(path), leaf)
             leaves.append(self.array({"dims": dims, "dtype": str(leaf.dtype)}))
+            if leaf.weak_type:
+                self.weak.add(id(leaves[-1]))
         return jax.tree_util.tree_unflatten(tree, leaves)
 
     def tree(self, written: str, names: dict[str, Any], where: str) -> Any:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import importlib
 import json
 import os
@@ -255,6 +256,28 @@ class _Inputs:
     mesh: MeshSpec | None = None
     #: The constraints on its symbols the export assumes.
     constraints: tuple[str, ...] = ()
+    #: Per leaf, whether a ``ppy.Like`` example gives it weakly typed: then
+    #: these inputs are exported weakly typed too (``weakened``).
+    weakly: tuple[bool, ...] = ()
+
+    def weakened(self) -> _Inputs:
+        """These inputs with the example's weakly typed leaves weakly typed,
+        as jit traces a call that passes the example's own values."""
+        import jax
+
+        leaves = [
+            jax.ShapeDtypeStruct(  # type: ignore[no-untyped-call]
+                leaf.shape, leaf.dtype, sharding=getattr(leaf, "sharding", None), weak_type=True
+            )
+            if weak
+            else leaf
+            for leaf, weak in zip(self.leaves, self.weakly, strict=True)
+        ]
+        specs = [
+            {**spec, "weak": True} if weak else spec
+            for spec, weak in zip(self.specs, self.weakly, strict=True)
+        ]
+        return dataclasses.replace(self, leaves=leaves, specs=specs, weakly=())
 
 
 def _inputs(
@@ -282,6 +305,7 @@ def _inputs(
     names = list(described.values)
     trees = tuple(described.values[name] for name in names)
     leaves, tree = jax.tree_util.tree_flatten(trees)
+    weakly = tuple(id(leaf) in described.weak for leaf in leaves)
     try:
         digest = structure(tree)
     except Unreadable as error:
@@ -296,7 +320,16 @@ def _inputs(
             leaves = place(leaves, specs, mesh)
         except Unplaced as error:
             raise _Refusal("sharding", str(error), remedy=error.remedy) from None
-    return _Inputs(names, specs, leaves, tree, digest, mesh, described.constraints)
+    return _Inputs(
+        names,
+        specs,
+        leaves,
+        tree,
+        digest,
+        mesh,
+        described.constraints,
+        weakly if any(weakly) else (),
+    )
 
 
 def _captures(fn: Any, request: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -344,7 +377,11 @@ def _export_variants(
     wide = any(spec["dtype"] in _WIDE for spec in inputs.specs)
     flat = _Flat(fn, params, inputs.tree)
     with jax_config.enable_x64(True) if wide else contextlib.nullcontext():
-        variants = [_variant(flat, static, inputs, request) for static in _static_values(params)]
+        statics = _static_values(params)
+        forms = [inputs]
+        if inputs.weakly and 2 * len(statics) <= JaxExport.MAX_VARIANTS:
+            forms.append(inputs.weakened())
+        variants = [_variant(flat, static, form, request) for static in statics for form in forms]
         traced_under = read_config(jax.config, jax_config.trace_context_names())
     contract = JaxExport(
         jax_version=jax.__version__,

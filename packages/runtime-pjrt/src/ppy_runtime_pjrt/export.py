@@ -181,7 +181,7 @@ class StagedFunction:
         original: Callable[..., Any],
         *,
         calls: Calls,
-        variants: dict[Any, Staged],
+        variants: dict[Any, tuple[Staged, ...]],
         load: Callable[[Staged], Executables],
         module: str,
         qualname: str,
@@ -264,18 +264,19 @@ class StagedFunction:
         if isinstance(bound, Fallback):
             return bound
         try:
-            staged = self.variants.get(bound.static)
+            choices = self.variants.get(bound.static)
         except TypeError:  # an unhashable static value: jit refuses it too
-            staged = None
-        if staged is None:
+            choices = None
+        if choices is None:
             pairs = zip(self.calls.static, bound.static, strict=True)
             shown = ", ".join(f"{name}={_shown(value)}" for name, (_, value) in pairs)
             return Fallback("static", f"{shown} is not among the values staged")
+        leaves, in_tree = jax.tree_util.tree_flatten(bound.traced)
+        staged = _weakly(choices, leaves)
         if staged.platform is not None:
             staged.unrunnable, staged.platform = staged.platform(), None
         if staged.unrunnable is not None:
             return Fallback("platform", staged.unrunnable)
-        leaves, in_tree = jax.tree_util.tree_flatten(bound.traced)
         out_tree = staged.out_tree(in_tree)
         if isinstance(out_tree, Fallback):
             return out_tree
@@ -399,6 +400,22 @@ class StagedFunction:
             )
 
 
+def _weakly(choices: tuple[Staged, ...], leaves: list[Any]) -> Staged:
+    """The variant traced for the leaves' weak types, as jit traces a weakly
+    typed leaf apart (``jnp.full(s, 0.1)`` in a first call, the strong
+    result of the step after): the first where none was exported for them,
+    and its guard says why."""
+    if len(choices) == 1:
+        return choices[0]
+    weak = tuple(
+        type(leaf) in (int, float) or bool(getattr(leaf, "weak_type", False)) for leaf in leaves
+    )
+    for staged in choices:
+        if tuple(spec.weak for spec in staged.variant.inputs) == weak:
+            return staged
+    return choices[0]
+
+
 @dataclass(frozen=True)
 class Route:
     """A staged call: the executable and what it is given (the call less its statics)."""
@@ -498,7 +515,7 @@ class ExportRuntime:
         #: Each entry's contract and variants, read once: a jit the program
         #: makes inside a function is bound each time it is made, and its
         #: variants (their exports and executables) serve every one of them.
-        self._read: dict[tuple[str, str], tuple[JaxExport, dict[Any, Staged]]] = {}
+        self._read: dict[tuple[str, str], tuple[JaxExport, dict[Any, tuple[Staged, ...]]]] = {}
 
     def close(self) -> None:
         """The program has ended: jax's compile step is its own again."""
@@ -564,9 +581,10 @@ class ExportRuntime:
         )
         return staged.callable()
 
-    def _contract(self, entry: Entry) -> tuple[JaxExport, dict[Any, Staged]]:
-        """The entry's contract and its variants by static values (``NotBound``:
-        why this process cannot run them)."""
+    def _contract(self, entry: Entry) -> tuple[JaxExport, dict[Any, tuple[Staged, ...]]]:
+        """The entry's contract and its variants by static values, each value's
+        in the order exported (one per weak typing of the leaves), or
+        ``NotBound``: why this process cannot run them."""
         read = self._read.get(entry.key)
         if read is not None:
             return read
@@ -577,12 +595,10 @@ class ExportRuntime:
         outside = outside_window(contract.jaxlib_version, _jaxlib_version())
         if outside is not None:
             raise NotBound(f"{outside}; rebuild the artifact with this jax (`ppy build`)")
-        variants = {
-            Calls.key([v.static[name] for name in contract.static]): self._variant(
-                entry, contract, v
-            )
-            for v in contract.variants
-        }
+        variants: dict[Any, tuple[Staged, ...]] = {}
+        for v in contract.variants:
+            key = Calls.key([v.static[name] for name in contract.static])
+            variants[key] = (*variants.get(key, ()), self._variant(entry, contract, v))
         self._read[entry.key] = contract, variants
         return contract, variants
 

@@ -105,7 +105,7 @@ class Guard:
             zip(args, self.specs, self.dtypes, self.dims, strict=True)
         ):
             name = _name(spec, index)
-            if spec.weak:
+            if spec.weak and not spec.dims:  # a Python scalar, as jit traces one
                 refused = _weak(arg, spec, name, self.array_types)
                 if refused is not None:
                     return refused
@@ -126,11 +126,14 @@ class Guard:
                 return Fallback(
                     "device", f"{name} is committed to {_placed(arg)}, not left to jax to place"
                 )
-            if getattr(arg, "weak_type", False):
-                # What jit returns for a weakly typed input is weakly typed
-                # too, and promotes differently later; the export is not.
+            if bool(getattr(arg, "weak_type", False)) != spec.weak:
+                # jit traces a weakly typed leaf apart: what it returns is
+                # weakly typed too, and promotes otherwise later.
                 return Fallback(
-                    "dtype", f"{name} is a weakly typed {arg.dtype} (made from a Python scalar)"
+                    "dtype",
+                    f"{name} is a weakly typed {arg.dtype} (made from a Python scalar)"
+                    if not spec.weak
+                    else f"{name} is a strongly typed {arg.dtype}, staged weakly typed",
                 )
             for axis, (size, dim) in enumerate(zip(shape, dims, strict=True)):
                 if isinstance(dim, int):
@@ -140,7 +143,9 @@ class Guard:
                         )
                 else:
                     uses.append(Use(dim, size, name, axis))
-            signature.append((shape, arg.dtype))
+            # A weakly typed leaf is its own signature, as jit keys it: another
+            # variant's executable (``export._weakly``).
+            signature.append((shape, ("weak", arg.dtype) if spec.weak else arg.dtype))
         if uses:
             solved = solve(uses)
             if isinstance(solved, Unfit):
