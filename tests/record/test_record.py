@@ -512,3 +512,34 @@ def test_a_jit_made_inside_a_function_that_reads_an_array_of_it_stays(tmp_path: 
     assert line.split()[2] == "stays"
     assert "it reads scale from train, which the build does not have" in built.stdout
     assert "pass it as a parameter, or move the function to module level" in built.stdout
+
+
+X64_FIRST = """
+import os
+
+os.environ["JAX_ENABLE_X64"] = "1"  # read by jax as it loads: before its import
+
+import jax
+import jax.numpy as jnp
+
+if __name__ == "__main__":
+
+    @jax.jit
+    def double(x):
+        return x * 2
+
+    print(double(jnp.arange(3.0)).dtype)
+"""
+
+
+def test_a_jit_made_as_the_program_runs_leaves_jax_to_the_programs_import(
+    tmp_path: Path,
+) -> None:
+    # Finding where jax.jit makes it must not import jax ahead of the program.
+    root = _project(tmp_path, X64_FIRST)
+    cache = tmp_path / "cache"
+    recorded = _ppy(root, cache, "record", "model.ppy")
+    assert recorded.returncode == 0 and recorded.stdout == "float64\n", recorded.stderr
+    compared = differential(root, cache=cache, quiet_stderr=None)
+    assert compared.python.stdout == "float64\n"
+    assert compared.bound() == {"double"}

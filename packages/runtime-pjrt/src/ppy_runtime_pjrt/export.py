@@ -525,7 +525,7 @@ class ExportRuntime:
         """The program is about to run: once it imports jax, its compiles go
         through ppy's cache, whether or not anything is bound (a program with
         nothing staged is never slower than python)."""
-        from ppy_runtime_pjrt.hooks import after_import
+        from ppy.run.imports import after_import
 
         after_import("jax", self._cache_compiles)
 

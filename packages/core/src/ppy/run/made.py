@@ -22,6 +22,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from ppy.run.imports import after_import
+
 __all__ = ["Made", "MadeJits"]
 
 #: What a wanted jit is handed to: jax's jitted function -> what the program
@@ -36,6 +38,7 @@ class MadeJits:
 
     def __init__(self) -> None:
         self.wanted: dict[tuple[str, str], Made] = {}
+        self._asked = False
         self._jax: Any = None
         self._original: Any = None
 
@@ -49,9 +52,15 @@ class MadeJits:
         self.install()
 
     def install(self) -> None:
-        """Wrap ``jax.jit``, before the program's ``from jax import jit`` reads it."""
-        if self._jax is not None:
-            return
+        """Wrap ``jax.jit`` as soon as jax is imported, and not before: at once
+        if it is, else right after the program's own ``import jax`` runs,
+        before its ``from jax import jit`` reads the name. ppy never imports
+        jax ahead of the program, which may set ``JAX_ENABLE_X64`` first."""
+        if not self._asked:
+            self._asked = True
+            after_import("jax", self._wrap)
+
+    def _wrap(self) -> None:
         import jax
 
         original = jax.jit

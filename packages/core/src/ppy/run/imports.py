@@ -3,7 +3,8 @@
 ppy must not import jax ahead of the program: a program may set
 ``JAX_ENABLE_X64`` or ``XLA_FLAGS`` in its environment before its own
 ``import jax``, and jax reads them as it loads. What ppy sets up around jax
-(the compile cache of a program with nothing staged) waits for the
+(the compile cache of a program with nothing staged, the ``jax.jit`` that
+finds the jits a function makes) waits for the
 program's import instead: a finder stands first on ``sys.meta_path`` for
 that one name, lets the usual finders find it, and runs the callback right
 after the module has executed. The finder removes itself on first use.
