@@ -127,25 +127,20 @@ def _multiples(found: Abstract, mesh: Mapping[str, int]) -> dict[str, int]:
     ``2*B`` over 4 is ``2*(2*B)``. Dims of other forms are left as written
     (the placement then says what does not divide)."""
     import math
-    import re
+
+    from ppy_plugin_jax.mesh import axis_names, scaled
 
     need: dict[str, int] = {}
     for leaf, axes in found.shardings.items():
         for dim, entry in zip(found.written.get(leaf, ()), axes, strict=False):
-            if entry is None or not isinstance(dim, str):
+            if entry is None or not isinstance(dim, str) or (written := scaled(dim)) is None:
                 continue
-            match = re.fullmatch(r"\s*(?:(\d+)\s*\*\s*)?([A-Za-z_]\w*)\s*", dim)
-            if match is None:
-                continue
-            parts = math.prod(mesh.get(name, 1) for name in _axis_names(entry))
-            factor = parts // math.gcd(int(match.group(1) or 1), parts)
+            coefficient, symbol = written
+            parts = math.prod([mesh.get(name, 1) for name in axis_names(entry)])
+            factor = parts // math.gcd(coefficient, parts)
             if factor > 1:
-                need[match.group(2)] = math.lcm(need.get(match.group(2), 1), factor)
+                need[symbol] = math.lcm(need.get(symbol, 1), factor)
     return need
-
-
-def _axis_names(entry: str | tuple[str, ...]) -> tuple[str, ...]:
-    return (entry,) if isinstance(entry, str) else tuple(entry)
 
 
 #: The functions a dim expression may call; every other name in it is a symbol.

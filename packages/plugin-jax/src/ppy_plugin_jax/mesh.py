@@ -17,7 +17,7 @@ from typing import Any
 
 from ppy.spec import Axis, MeshSpec
 
-__all__ = ["Unplaced", "abstract_mesh", "out_shardings", "place", "spec_of"]
+__all__ = ["Unplaced", "abstract_mesh", "axis_names", "out_shardings", "place", "scaled", "spec_of"]
 
 
 class Unplaced(Exception):
@@ -73,7 +73,7 @@ def _check(name: str, axes: tuple[Axis, ...], rank: int, mesh: MeshSpec) -> None
             f"{name} has {rank} dims, but its ppy.Sharding gives {len(axes)}",
             "give ppy.Sharding one entry per dim at most, None for a dim that is not split",
         )
-    used = [a for entry in axes if entry is not None for a in _names(entry)]
+    used = [a for entry in axes if entry is not None for a in axis_names(entry)]
     unknown = sorted({a for a in used if a not in mesh.names})
     if unknown:
         raise Unplaced(
@@ -101,12 +101,12 @@ def _divides(spec: Mapping[str, Any], shape: Sequence[Any], mesh: MeshSpec) -> N
         if entry is None:
             continue
         parts = 1
-        for name in _names(entry):
+        for name in axis_names(entry):
             parts *= sizes[name]
         remainder = dim % parts
         if not (isinstance(remainder, int) and remainder == 0):
             written = spec["dims"][axis]
-            over = f"{'x'.join(_names(entry))} ({parts} devices)"
+            over = f"{'x'.join(axis_names(entry))} ({parts} devices)"
             if not isinstance(written, str):
                 raise Unplaced(
                     f"{spec['name']} dim {axis} is {written}, which does not divide over {over}",
@@ -123,17 +123,25 @@ def _multiple(written: str, parts: int) -> str:
     """The smallest multiple of ``parts`` written like ``written``: ``'B'`` over 4
     is ``'4*B'``, ``'4*B'`` over 6 is ``'12*B'``."""
     import math
+
+    found = scaled(written)
+    if found is None:
+        return f"{parts}*({written})"
+    factor, symbol = found
+    return f"{math.lcm(factor, parts)}*{symbol}"
+
+
+def scaled(written: str) -> tuple[int, str] | None:
+    """``(k, "B")`` for a dim written ``"k*B"`` or ``"B"`` (k = 1); None for any other form."""
     import re
 
     match = re.fullmatch(r"\s*(?:(\d+)\s*\*\s*)?([A-Za-z_]\w*)\s*", written)
-    if match is None:
-        return f"{parts}*({written})"
-    factor = int(match.group(1) or 1)
-    return f"{math.lcm(factor, parts)}*{match.group(2)}"
+    return None if match is None else (int(match.group(1) or 1), match.group(2))
 
 
-def _names(entry: str | tuple[str, ...]) -> tuple[str, ...]:
-    return (entry,) if isinstance(entry, str) else entry
+def axis_names(entry: str | tuple[str, ...]) -> tuple[str, ...]:
+    """The mesh axes one ``ppy.Sharding`` entry splits its dim over."""
+    return (entry,) if isinstance(entry, str) else tuple(entry)
 
 
 def out_shardings(function: Any, leaves: Sequence[Any]) -> list[Any] | None:

@@ -516,6 +516,8 @@ class ExportRuntime:
         #: makes inside a function is bound each time it is made, and its
         #: variants (their exports and executables) serve every one of them.
         self._read: dict[tuple[str, str], tuple[JaxExport, dict[Any, tuple[Staged, ...]]]] = {}
+        #: Whether a bind has put the unstaged cache in place.
+        self._installed = False
 
     def close(self) -> None:
         """The program has ended: jax's compile step is its own again."""
@@ -553,8 +555,8 @@ class ExportRuntime:
         except (TypeError, ValueError) as error:
             raise NotBound(f"the function's signature is not the build's: {error}") from error
         cache: ExecutableCache | None = self._executable_cache()
-        if cache is not None:
-            unstaged.install(cache.unstaged())
+        if cache is not None and not self._installed:  # a jit made in a loop binds each time
+            self._installed = unstaged.install(cache.unstaged())
 
         def load(staged: Staged) -> Executables:
             return Executables(
