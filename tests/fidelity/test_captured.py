@@ -1,5 +1,5 @@
 """Values a trace read from the program's globals: a file loaded at import, the environment,
-argv and the clock, a flag set in main(), a helper module's attribute; and globals ppy
+argv and the clock, a flag set in main(), a helper module's attribute, ``__name__``; and globals ppy
 cannot compare.
 """
 
@@ -110,6 +110,36 @@ if __name__ == "__main__":
     compared = differential(root, cache=tmp_path / "c")
     assert compared.bound() == {"score"}
     assert "model.OFFSET" in str(compared.fallbacks()[0]["reason"])
+
+
+def test_a_trace_that_reads_name_sees_what_the_run_gives_each_module(tmp_path: Path) -> None:
+    # The build imports each module under its own name; python runs the
+    # program as ``__main__`` and an imported module under its name.
+    root = project(
+        tmp_path / "p",
+        {
+            "helper.ppy": HEAD
+            + """
+@jax.jit
+def tagged(x: Batch) -> jax.Array:
+    return x.sum(axis=-1) * (2.0 if __name__ == "helper" else 5.0)
+""",
+            "model.ppy": HEAD
+            + """
+import helper
+
+@jax.jit
+def score(x: Batch) -> jax.Array:
+    return x.sum(axis=-1) * (3.0 if __name__ == "__main__" else 7.0)
+
+print(score(jnp.ones((2, 4), jnp.float32)), helper.tagged(jnp.ones((3, 4), jnp.float32)))
+""",
+        },
+    )
+    compared = differential(root, cache=tmp_path / "c")
+    assert compared.python.stdout == "[12. 12.] [8. 8. 8.]\n"
+    assert compared.staged_calls("score") == 1 and compared.staged_calls("tagged") == 1
+    assert not compared.fallbacks()
 
 
 def test_a_helper_modules_attribute_and_a_called_functions_global(tmp_path: Path) -> None:

@@ -93,6 +93,10 @@ class Requirements:
 class StageTarget:
     module: ModuleInfo
     functions: tuple[FunctionInfo, ...]
+    #: No other module of the project imports this one: python runs it only
+    #: as the program, where its ``__name__`` is ``"__main__"``, and a trace
+    #: that reads ``__name__`` is staged with the value the run will see.
+    program: bool = False
 
 
 @dataclass(frozen=True)

@@ -135,7 +135,8 @@ class _Scan:
         if fn.__code__ in self.followed:
             return
         self.followed.add(fn.__code__)
-        owner = str(fn.__globals__.get("__name__", "?"))
+        # Not ``__name__``: the program's is traced as ``__main__``.
+        owner = str(fn.__module__ or fn.__globals__.get("__name__", "?"))
         if path:  # a function it calls: its defaults and closure count too
             self.record((*path, DEFAULTS), f"{owner}.{fn.__qualname__}", defaults(fn))
         for chain in sorted(set(_chains(fn.__code__))):

@@ -140,6 +140,7 @@ def _module_request(target: StageTarget) -> dict[str, Any]:
     return {
         "name": target.module.name,
         "path": target.module.path,
+        "program": target.program,
         "functions": [
             {
                 "qualname": f.qualname,

@@ -33,7 +33,7 @@ import json
 import os
 import sys
 import traceback
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, Final
 
@@ -256,8 +256,8 @@ class _Inputs:
     mesh: MeshSpec | None = None
     #: The constraints on its symbols the export assumes.
     constraints: tuple[str, ...] = ()
-    #: Per leaf, whether a ``ppy.Like`` example gives it weakly typed: then
-    #: these inputs are exported weakly typed too (``weakened``).
+    #: Per leaf, whether a ``ppy.Like`` example gives it weakly typed, or a
+    #: recording saw it so: these inputs are exported weakly typed too (``weakened``).
     weakly: tuple[bool, ...] = ()
 
     def weakened(self) -> _Inputs:
@@ -626,7 +626,8 @@ def _serve(request: Mapping[str, Any], out: IO[str], capture: Capture, watchdog:
         import_output = capture.take()
         for function in module_request["functions"]:
             try:
-                result = _export(module, function, request)
+                with _named(module, "__main__" if module_request["program"] else name):
+                    result = _export(module, function, request)
             except BaseException as error:  # whatever the user's function raises
                 result = {
                     "ok": False,
@@ -639,6 +640,22 @@ def _serve(request: Mapping[str, Any], out: IO[str], capture: Capture, watchdog:
             result.update(module=name, qualname=function["qualname"], output=import_output + traced)
             send(result)
     send({"event": "done"})
+
+
+@contextlib.contextmanager
+def _named(module: Any, name: str) -> Iterator[None]:
+    """Trace with the ``__name__`` the run gives the module.
+
+    The module is imported under its own name, so that its main guard does
+    not run; the program python runs is ``__main__``, and a trace that reads
+    ``__name__`` bakes it in (and the run compares it as a captured global).
+    """
+    imported = module.__dict__["__name__"]
+    module.__dict__["__name__"] = name
+    try:
+        yield
+    finally:
+        module.__dict__["__name__"] = imported
 
 
 def _beside(root: str, path: str) -> None:

@@ -199,9 +199,9 @@ def _reuse(
             log.info("build.reuse", plugin=plugin.name, module=module.name, functions=len(allowed))
             continue
         names = {d.qualname for d in allowed}
-        targets.append(
-            StageTarget(module, tuple(f for f in module.functions if f.qualname in names))
-        )
+        imported = any(module.name in other.imports for other in project.modules)
+        functions = tuple(f for f in module.functions if f.qualname in names)
+        targets.append(StageTarget(module, functions, program=not imported))
     return tuple(targets)
 
 
