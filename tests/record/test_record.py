@@ -314,6 +314,49 @@ def test_plain_lists_tuples_and_dicts_of_arrays_are_described(tmp_path: Path) ->
     assert compared.staged_calls("loss") == 1 and not compared.fallbacks()
 
 
+WEAK = """
+import sys
+import jax
+import jax.numpy as jnp
+
+
+@jax.jit
+def step(w, x):
+    return w * 0.5 + x.sum(axis=0)
+
+
+@jax.jit
+def double(params):
+    return {"w": params["w"] * 2}
+
+
+w = jnp.full((4,), 0.1)  # weakly typed, as the loop's first call passes it
+for n in [int(a) for a in sys.argv[1:]]:
+    w = step(w, jnp.ones((n, 4), jnp.float32))  # strongly typed from here on
+    print(w)
+d = double({"w": jnp.full((3,), 1.5)})["w"]
+print(d, (d + jnp.ones(3, jnp.bfloat16)).dtype)
+"""
+
+
+def test_an_input_recorded_weakly_typed_gets_a_variant_of_its_own(tmp_path: Path) -> None:
+    # jit traces a weakly typed call apart, and its outputs stay weak: python
+    # adds the weak result to bfloat16 in bfloat16.
+    root = _project(tmp_path, WEAK)
+    cache = tmp_path / "cache"
+    assert _ppy(root, cache, "record", "model.ppy", "2", "3").returncode == 0
+    described = _file(root)["functions"]
+    assert described["model.step"]["description"] == {
+        "w": "(weak) float32[4]",
+        "x": "float32[B,4]",
+    }
+    assert described["model.double"]["description"] == {"params": "{'w': (weak) float32[3]}"}
+    compared = differential(root, "5", "6", "7", cache=cache)
+    assert compared.python.stdout.endswith("[3. 3. 3.] bfloat16\n")
+    assert compared.staged_calls("step") == 3 and compared.staged_calls("double") == 1
+    assert not compared.fallbacks()
+
+
 BY_CALL = """
 import os
 import sys

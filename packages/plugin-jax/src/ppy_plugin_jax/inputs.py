@@ -61,6 +61,8 @@ def describe(parameter: Parameter, static: bool = False) -> dict[str, Any]:
         array = {"dims": list(spec.shape), "dtype": spec.dtype, "ppy": written}
         if spec.weak:
             array["weak"] = True
+        if spec.weakly:
+            array["weakly"] = True
     sharding = None
     if spec.sharding is not None:
         sharding = [list(a) if isinstance(a, tuple) else a for a in spec.sharding]
@@ -96,7 +98,8 @@ class Abstract:
     #: Each symbol a sharding splits, and the multiple it is exported as (``B`` as ``4*B``).
     multiples: dict[str, int] = dataclasses.field(default_factory=dict)
     #: The leaves a ``ppy.Like`` example gives weakly typed (``jnp.full(s, 0.1)``),
-    #: by ``id``: described strongly typed, and exported weakly typed too.
+    #: or a recording saw weakly typed, by ``id``: described strongly typed,
+    #: and exported weakly typed too.
     weak: set[int] = dataclasses.field(default_factory=set)
 
 
@@ -215,7 +218,7 @@ class _Builder:
         self.root = root
         self.written: dict[int, list[int | str]] = {}
         self.shardings: dict[int, tuple[Axis, ...]] = {}
-        #: The leaves a ``ppy.Like`` example gives weakly typed, by ``id``.
+        #: The leaves exported weakly typed too (``Abstract.weak``), by ``id``.
         self.weak: set[int] = set()
 
     def value(self, desc: Mapping[str, Any], names: dict[str, Any], where: str) -> Any:
@@ -251,6 +254,8 @@ class _Builder:
         weak = bool(array.get("weak", False))  # a Python scalar, as jit traces one
         leaf = jax.ShapeDtypeStruct(shape, jnp.dtype(array["dtype"]), weak_type=weak)  # type: ignore[no-untyped-call]
         self.written[id(leaf)] = list(dims)
+        if array.get("weakly"):  # recorded weakly typed in some calls: a variant of its own
+            self.weak.add(id(leaf))
         return leaf
 
     def nest(self, node: Mapping[str, Any], where: str) -> Any:

@@ -49,6 +49,8 @@ class ArraySpec:
     recorded: bool = False
     #: A Python scalar (``int``, ``float``): weakly typed, as jit traces one.
     weak: bool = False
+    #: Recorded weakly typed in some calls: exported strongly and weakly typed.
+    weakly: bool = False
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,9 @@ def _described(
         return parameter
     if parameter.spec.shape is not None or parameter.spec.dtype is not None:
         return parameter  # half described: the annotation's own remedy says what is missing
-    spec = ArraySpec(shape=recorded.dims, dtype=recorded.dtype, recorded=True, weak=recorded.weak)
+    spec = ArraySpec(
+        recorded.dims, recorded.dtype, recorded=True, weak=recorded.weak, weakly=recorded.weakly
+    )
     return dataclasses.replace(parameter, spec=spec)
 
 

@@ -9,6 +9,9 @@
 - What a function defined inside another reads of that one (its closure)
   is the most called signature's; calls that read other values are left
   to jit, as calls of another dtype are.
+- An array weakly typed in some calls (a loop that starts from
+  ``jnp.full(s, 0.1)``, whose later calls pass the strongly typed result)
+  is exported both ways, as jit traces it both ways.
 - A pytree is described leaf by leaf, its structure as recorded, where every
   call passed the same structure; its arrays' dims generalise with the rest.
 - Anything else (a Python scalar, an array sharded over several
@@ -46,10 +49,12 @@ class Described:
     nest: dict[str, Any] | None = None
     #: A Python scalar in every call: weakly typed, as jit traces one.
     weak: bool = False
+    #: An array weakly typed in some calls: exported strongly and weakly typed.
+    weakly: bool = False
 
     def rendered(self) -> str:
         if self.dtype is not None and self.dims is not None:
-            weak = "weak " if self.weak else ""
+            weak = "weak " if self.weak else "(weak) " if self.weakly else ""
             return f"{weak}{self.dtype}[{','.join(str(d) for d in self.dims)}]"
         if self.nest is not None:
             return _render_nest(self.nest)
@@ -94,7 +99,7 @@ def generalise(recorded: Sequence[tuple[Mapping[str, Any], int]]) -> General:
     general.calls = sum(count for _, count in recorded)
     held = recorded[0][0].get(CLOSURE)
     general.closure = dict(held["closure"]) if held is not None else None
-    arrays: dict[str, tuple[str, list[tuple[int, ...]]]] = {}
+    arrays: dict[str, _Column] = {}
     nests: dict[str, Any] = {}
     for name in names:
         values = [inputs.get(name) for inputs, _ in recorded]
@@ -107,15 +112,14 @@ def generalise(recorded: Sequence[tuple[Mapping[str, Any], int]]) -> General:
                 general.parameters[name] = Described(why_not=why)
                 continue
             nests[name] = skeleton
-            for index, (dtype, shapes) in enumerate(columns):
-                arrays[f"{name}#{index}"] = (dtype, shapes)
+            for index, leaf in enumerate(columns):
+                arrays[f"{name}#{index}"] = leaf
         elif kinds == {"array"}:
             if any(v is not None and v.get("sharded") for v in values):
                 why = "laid out over several devices; describe its sharding with ppy.Sharding"
                 general.parameters[name] = Described(why_not=why)
                 continue
-            parsed = [parse_array(v["array"]) for v in values if v is not None]
-            arrays[name] = (parsed[0][0], [shape for _, shape in parsed])
+            arrays[name] = _column([v for v in values if v is not None])
         elif kinds == {"python"} and len({v["python"] for v in values if v}) == 1:
             kind = next(v["python"] for v in values if v)
             weak = WEAK_SCALARS.get(kind)
@@ -128,13 +132,13 @@ def generalise(recorded: Sequence[tuple[Mapping[str, Any], int]]) -> General:
             general.parameters[name] = Described(why_not=_other(kinds))
     symbols = _symbols(arrays)
     described: dict[str, Described] = {}
-    for name, (dtype, shapes) in arrays.items():
+    for name, (dtype, shapes, weakly) in arrays.items():
         dims: list[int | str] = []
         for axis in range(len(shapes[0])):
             column = tuple(shape[axis] for shape in shapes)
             symbol = symbols.get(column)
             dims.append(column[0] if symbol is None else symbol)
-        described[name] = Described(dims=tuple(dims), dtype=dtype)
+        described[name] = Described(dims=tuple(dims), dtype=dtype, weakly=weakly)
     for name in names:
         if name in nests:
             own = iter([d for key, d in described.items() if key.startswith(f"{name}#")])
@@ -182,11 +186,22 @@ def _kinds(inputs: Mapping[str, Any]) -> dict[str, str]:
     return found
 
 
+#: An array input across the calls: its dtype, its shape in each call, and
+#: whether any call passed it weakly typed.
+_Column = tuple[str, list[tuple[int, ...]], bool]
+
+
+def _column(values: Sequence[Mapping[str, Any]]) -> _Column:
+    """One array input's recorded values (of one dtype, ``_consistent``) as a column."""
+    parsed = [parse_array(v["array"]) for v in values]
+    return parsed[0][0], [shape for _, shape in parsed], any(v.get("weak") for v in values)
+
+
 def _nest_columns(
     nests: Sequence[Mapping[str, Any]],
-) -> tuple[str | None, Any, list[tuple[str, list[tuple[int, ...]]]]]:
-    """(why not, the structure, each array leaf's dtype and shapes call by
-    call), of calls that passed the same structure (``_consistent``)."""
+) -> tuple[str | None, Any, list[_Column]]:
+    """(why not, the structure, each array leaf's column), of calls that
+    passed the same structure (``_consistent``)."""
     per_call: list[list[Mapping[str, Any]]] = []
     for nest in nests:
         found: list[Mapping[str, Any]] = []
@@ -201,8 +216,7 @@ def _nest_columns(
     for index, leaf in enumerate(first):
         if "array" not in leaf:
             continue
-        parsed = [parse_array(call[index]["array"]) for call in per_call]
-        columns.append((parsed[0][0], [shape for _, shape in parsed]))
+        columns.append(_column([call[index] for call in per_call]))
     return None, nests[0], columns
 
 
@@ -241,7 +255,8 @@ def _fill_item(item: Mapping[str, Any], described: Iterator[Described]) -> dict[
         return {"nest": _fill(item["nest"], described)}
     if "array" in item:
         leaf = next(described)
-        return {"dims": list(leaf.dims or ()), "dtype": leaf.dtype}
+        found = {"dims": list(leaf.dims or ()), "dtype": leaf.dtype}
+        return {**found, "weakly": True} if leaf.weakly else found
     return {"none": True}
 
 
@@ -264,7 +279,8 @@ def _render_item(item: Mapping[str, Any]) -> str:
     if "nest" in item:
         return _render_nest(item["nest"])
     if "dims" in item:
-        return f"{item['dtype']}[{','.join(str(d) for d in item['dims'])}]"
+        weak = "(weak) " if item.get("weakly") else ""
+        return f"{weak}{item['dtype']}[{','.join(str(d) for d in item['dims'])}]"
     return "None"
 
 
@@ -281,11 +297,11 @@ def _other(kinds: set[str | None]) -> str:
     }.get(str(kind), f"a {kind}")
 
 
-def _symbols(arrays: Mapping[str, tuple[str, list[tuple[int, ...]]]]) -> dict[tuple[int, ...], str]:
+def _symbols(arrays: Mapping[str, _Column]) -> dict[tuple[int, ...], str]:
     """A symbol for each column of values (one value per call) that varies;
     equal columns share it. Handed out in the order the dims appear."""
     symbols: dict[tuple[int, ...], str] = {}
-    for _, shapes in arrays.values():
+    for _, shapes, _ in arrays.values():
         for axis in range(len(shapes[0])):
             column = tuple(shape[axis] for shape in shapes)
             if len(set(column)) > 1 and column not in symbols:
