@@ -70,6 +70,12 @@ def _split(stderr: str) -> tuple[list[dict[str, object]], str]:
 
 #: The caches of the warm servers this test's differential runs started.
 SERVED: set[Path] = set()
+#: Whether each differential test also runs the program warm. The noxfile
+#: turns it off (``PPY_TESTS_WARM=0``) on every Python but the oldest: a
+#: warm run forks the same program from the same server code, so a second
+#: Python adds the suite's time and little else; the server itself is
+#: tested on every Python (tests/warm).
+WARM = os.environ.get("PPY_TESTS_WARM", "1") != "0"
 
 
 def _bytecode(root: Path) -> list[Path]:
@@ -116,13 +122,14 @@ def differential(
     assert verbose.stdout == plain.stdout, (verbose.stdout, plain.stdout, verbose.stderr)
     assert verbose.returncode == plain.returncode, verbose.stderr
     assert rest == plain.stderr, (rest, plain.stderr)
-    # The quiet run is a warm one: what a quiet ppy run prints is checked on
-    # the path that adds the most (a server, a fork, the client's stdio handed over).
-    # The server stays up for the test's next differential run, which forks
-    # from it too; the test's end stops it (tests/conftest.py).
-    SERVED.add(cache)
-    quiet = run_ppy("run", "--warm", program, *argv, cwd=root, env=environ)
-    assert (quiet.stdout, quiet.returncode) == (plain.stdout, plain.returncode), quiet.stderr
-    if quiet_stderr is not None:
-        assert quiet.stderr == plain.stderr + quiet_stderr, quiet.stderr
+    if WARM:
+        # The quiet run is a warm one: what a quiet ppy run prints is checked on
+        # the path that adds the most (a server, a fork, the client's stdio handed over).
+        # The server stays up for the test's next differential run, which forks
+        # from it too; the test's end stops it (tests/conftest.py).
+        SERVED.add(cache)
+        quiet = run_ppy("run", "--warm", program, *argv, cwd=root, env=environ)
+        assert (quiet.stdout, quiet.returncode) == (plain.stdout, plain.returncode), quiet.stderr
+        if quiet_stderr is not None:
+            assert quiet.stderr == plain.stderr + quiet_stderr, quiet.stderr
     return Compared(plain, verbose, events)
