@@ -13,7 +13,7 @@ from ppy import xla
 
 
 def test_import_ppy_loads_no_heavy_dependency() -> None:
-    heavy = "('jax', 'stevedore', 'structlog')"
+    heavy = "('jax', 'importlib.metadata', 'structlog')"
     code = f"import ppy, sys; print(sorted(m for m in {heavy} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

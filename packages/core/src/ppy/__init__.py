@@ -2,7 +2,7 @@
 
 ``import ppy`` is what a ``.ppy`` program does under plain CPython, so it must
 stay cheap and inert: it exposes the annotation markers and installs the
-``.ppy`` import hook, and loads none of jax, stevedore or structlog. The
+``.ppy`` import hook, and loads none of jax, importlib.metadata or structlog. The
 tooling (config, discovery, policy, artifact, CLI) lives in submodules that
 are imported only by the ``ppy`` command.
 """

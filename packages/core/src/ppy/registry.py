@@ -1,14 +1,15 @@
-"""Installed plugins and runtimes, found through entry points with stevedore.
+"""Installed plugins and runtimes, found through their entry points.
 
 ``ppy.plugins`` holds build-time stagers, ``ppy.runtimes`` loaders keyed by
 the entry kind they run. Anything installed that registers there is used; one
 that fails to import or to instantiate is reported and skipped, so a broken
 third-party distribution never stops a build.
 
-``ppy run`` loads its runtimes at every start, so the entry points come from
-stevedore's cache and the distribution behind each one, which takes a scan of
-every installed distribution, is looked up only to describe it: for ``ppy
-plugins`` and in the warning about one that failed.
+``ppy run`` loads its runtimes at every start, so only the named entry
+points are loaded, straight from ``importlib.metadata`` (which jax imports
+anyway: a few milliseconds, where stevedore and its cache cost a run
+about 25), and the distribution behind each one is named only to describe it:
+for ``ppy plugins`` and in the warning about one that failed.
 """
 
 from __future__ import annotations
@@ -65,66 +66,39 @@ class Registry:
         return tuple(i for i in self.installed if not i.loaded)
 
 
-def _distributions(group: str) -> dict[tuple[str, str], tuple[str, str]]:
-    """(name, target) of each entry point in ``group`` -> (distribution, version)."""
-    from importlib.metadata import entry_points
-
-    found: dict[tuple[str, str], tuple[str, str]] = {}
-    for entry_point in entry_points(group=group):
-        dist = entry_point.dist
-        if dist is not None:
-            found.setdefault((entry_point.name, entry_point.value), (dist.name, dist.version))
-    return found
-
-
 def _load(
     group: str, check: type, names: Collection[str] | None = None, *, describe: bool = False
 ) -> Registry:
-    from stevedore import ExtensionManager, NamedExtensionManager
+    from importlib.metadata import entry_points
 
-    failed: dict[str, str] = {}
-
-    def on_failure(_manager: Any, entry_point: Any, error: BaseException) -> None:
-        failed[entry_point.name] = f"{type(error).__name__}: {error}"
-
-    options: dict[str, Any] = {
-        "namespace": group,
-        "invoke_on_load": True,
-        "on_load_failure_callback": on_failure,
-    }
-    manager = (
-        ExtensionManager(**options)
-        if names is None
-        # A name with nothing installed under it is ours to report (run.unbound).
-        else NamedExtensionManager(
-            names=sorted(names), on_missing_entrypoints_callback=None, **options
-        )
-    )
-    loaded = {ext.name: ext for ext in manager.extensions}
-    listed = sorted(manager.list_entry_points(), key=lambda ep: ep.name)
+    listed = sorted(entry_points(group=group), key=lambda ep: ep.name)
     if names is not None:
+        # A name with nothing installed under it is ours to report (run.unbound).
         listed = [ep for ep in listed if ep.name in names]
-    errors: dict[str, str] = {}
-    for entry_point in listed:
-        ext = loaded.get(entry_point.name)
-        error = failed.get(entry_point.name)
-        if ext is not None and error is None and not isinstance(ext.obj, check):
-            error = f"{type(ext.obj).__name__} does not implement the {check.__name__} contract"
-        if ext is None and error is None:
-            error = "not loaded"
-        if error is not None:
-            errors[entry_point.name] = error
-    dists = _distributions(group) if describe or errors else {}
     installed: list[Installed] = []
     by_name: dict[str, Any] = {}
     for entry_point in listed:
-        dist, version = dists.get((entry_point.name, entry_point.value), (None, None))
-        error = errors.get(entry_point.name)
-        obj = loaded[entry_point.name].obj if error is None else None
+        obj: Any = None
+        error: str | None = None
+        try:
+            obj = entry_point.load()()
+        except Exception as failure:  # a third party's import or constructor
+            error = f"{type(failure).__name__}: {failure}"
+        if error is None and not isinstance(obj, check):
+            error = f"{type(obj).__name__} does not implement the {check.__name__} contract"
+        dist = entry_point.dist if describe or error is not None else None
         installed.append(
-            Installed(group, entry_point.name, entry_point.value, dist, version, obj, error)
+            Installed(
+                group,
+                entry_point.name,
+                entry_point.value,
+                dist.name if dist is not None else None,
+                dist.version if dist is not None else None,
+                obj if error is None else None,
+                error,
+            )
         )
-        if obj is not None:
+        if error is None:
             by_name.setdefault(entry_point.name, obj)
     for item in installed:
         if item.error is not None:
