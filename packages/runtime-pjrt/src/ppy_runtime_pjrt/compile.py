@@ -178,8 +178,7 @@ class Executables:
     def load(self, shaped: Shaped) -> tuple[Callable[..., Any], str]:
         """(the call, where it came from: "cache" or "compiled").
 
-        Either way the executable is one read back from its bytes. On one
-        device its outputs are left uncommitted: compiled from
+        On one device its outputs are left uncommitted: compiled from
         ``exported.call``, whose shardings are explicit, it would commit them
         to the device, where jit commits an output only when an input was
         (and the guard sends committed inputs to the original). Over a mesh
@@ -195,11 +194,15 @@ class Executables:
                 if compiled is not None:
                     return fast_call(compiled), "cache"
         compiled = self._compile(shaped)
-        data = self._serialize(compiled)
-        if data is not None:
-            if self.cache is not None:
-                self.cache.keep(key, data)
-            compiled = self._deserialize(key, data, shaped) or compiled
+        data = self._serialize(compiled) if self.cache is not None else None
+        if data is not None and self.cache is not None:
+            self.cache.keep(key, data)
+        if shaped.placed is None:
+            fresh = _uncommitted(compiled)
+            if fresh is None:
+                data = data if data is not None else self._serialize(compiled)
+                fresh = self._deserialize(key, data, shaped) if data is not None else None
+            compiled = fresh or compiled
         return fast_call(compiled), "compiled"
 
     def _deserialize(self, key: str, data: bytes, shaped: Shaped) -> Any:
@@ -243,6 +246,29 @@ class Executables:
             )
             return None
         return bytes(data)
+
+
+def _uncommitted(compiled: Any) -> Any:
+    """``compiled`` with its outputs left uncommitted, as an executable read
+    back from the cache has them (``pickled.load_compiled``), without the
+    round trip through its bytes; where this jax's ``Compiled`` is not built
+    as known, its bytes are read back as before."""
+    import dataclasses
+
+    try:
+        unloaded = compiled._executable._unloaded_executable
+        params = compiled._params
+        return jax.stages.Compiled(
+            dataclasses.replace(unloaded, committed=False).load(),
+            params.const_args,
+            compiled.args_info,
+            compiled.out_tree,
+            no_kwargs=params.no_kwargs,
+            in_types=params.in_types,
+            out_types=params.out_types,
+        )
+    except (AttributeError, TypeError):
+        return None
 
 
 def _calls_lapack(exported: Any) -> bool:
