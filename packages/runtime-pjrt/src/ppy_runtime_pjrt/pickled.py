@@ -75,8 +75,26 @@ def load_compiled(
 
     import jax
 
-    unloaded, args_info_flat, no_kwargs = load(data, client, devices)
+    unloaded, args_info_flat, no_kwargs, const_args = _contents(load(data, client, devices))
     if committed is not None:
         unloaded = dataclasses.replace(unloaded, committed=committed)
     args_info = in_tree.unflatten(args_info_flat)
-    return jax.stages.Compiled(unloaded.load(), [], args_info, out_tree, no_kwargs=no_kwargs)
+    return jax.stages.Compiled(
+        unloaded.load(), const_args, args_info, out_tree, no_kwargs=no_kwargs
+    )
+
+
+def _contents(loaded: Any) -> tuple[Any, Any, bool, list[Any]]:
+    """(the unloaded executable, its flat args info, no_kwargs, its constants)
+    from what jax pickled: ``(unloaded, args, no_kwargs)`` through jax 0.12.0,
+    ``(version, unloaded, args, no_kwargs, constants)`` from 0.12.1. The cache
+    keys executables by jax's version, so an entry is only read by the jax
+    that wrote it; a format this jax does not write is refused."""
+    if isinstance(loaded, tuple) and len(loaded) == 3:
+        unloaded, args, no_kwargs = loaded
+        return unloaded, args, no_kwargs, []
+    version = getattr(serialize_executable, "_SERIALIZATION_VERSION", None)
+    if isinstance(loaded, tuple) and len(loaded) == 5 and loaded[0] == version:
+        _, unloaded, args, no_kwargs, constants = loaded
+        return unloaded, args, no_kwargs, list(constants)
+    raise ValueError("not an executable in a format this jax pickles")
