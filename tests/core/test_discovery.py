@@ -120,6 +120,41 @@ def test_functions_module_level_first_then_methods_and_nested() -> None:
     ]
 
 
+def test_a_jit_made_by_a_call_inside_a_function_that_reads_only_module_names() -> None:
+    module = discover(
+        """
+        from functools import partial
+        import jax
+        from jax import jit
+
+        def kernel(x, y):
+            return x * y
+
+        def gram(k, xs, ys):
+            return xs
+
+        def train(xs, scale):
+            gram_ = jit(partial(gram, kernel))
+            for _ in range(2):
+                rows = jax.jit(jax.vmap(kernel))
+            scaled = jax.jit(partial(gram, scale))
+            return gram_, rows, scaled
+
+        def twice():
+            g = jit(gram)
+            g = jit(kernel)
+            return g
+        """
+    )
+    made = {f.qualname: f for f in module.functions if f.made is not None}
+    assert sorted(made) == ["train.<locals>.gram_", "train.<locals>.rows"]
+    gram_ = made["train.<locals>.gram_"]
+    assert (gram_.scope, gram_.lineno, gram_.made) == ("nested", 13, "jit(partial(gram, kernel))")
+    # What the partial binds is not an input; vmap's inputs are kernel's names.
+    assert [p.name for p in gram_.parameters] == ["xs", "ys"]
+    assert [p.name for p in made["train.<locals>.rows"].parameters] == ["x", "y"]
+
+
 @pytest.mark.parametrize(
     ("imports", "decorator", "name", "keywords"),
     [

@@ -527,6 +527,72 @@ def test_a_jit_made_inside_a_function_or_under_the_main_guard_is_recorded_and_st
     assert other.staged_calls("minimize.<locals>.update") == 3
 
 
+MADE_BY_CALLS = """
+import os
+import sys
+from functools import partial
+import jax
+import jax.numpy as jnp
+from jax import jit
+
+WIDTH = float(os.environ.get("WIDTH", "0.5"))
+
+
+def exp_kernel(x, y):
+    return jnp.exp(-((x - y) ** 2) / WIDTH)
+
+
+def gram(kernel, xs, ys):
+    return jax.vmap(lambda x: jax.vmap(lambda y: kernel(x, y))(ys))(xs)
+
+
+def center(x):
+    return x - jnp.mean(x)
+
+
+def train(xs, scale):
+    gram_ = jit(partial(gram, exp_kernel))
+    if xs.shape[0] > 0:
+        rows = jax.jit(jax.vmap(center))
+    scaled = jax.jit(partial(gram, lambda x, y: x * y * scale))  # reads scale: stays
+    return gram_(xs, xs).sum().round(3), rows(jnp.stack([xs, 2 * xs])), scaled(xs, xs).sum()
+
+
+for n in [int(a) for a in sys.argv[1:]]:
+    print(*train(jnp.arange(n, dtype=jnp.float32), 2.0))
+"""
+
+
+def test_a_jit_made_by_a_call_inside_a_function_is_recorded_and_staged(tmp_path: Path) -> None:
+    # jit(partial(gram, kernel)) and jax.jit(jax.vmap(center)) inside train: made
+    # each time train runs, bound where they are made, by the line that makes them.
+    root = _project(tmp_path, MADE_BY_CALLS)
+    cache = tmp_path / "cache"
+    assert _ppy(root, cache, "record", "model.ppy", "3", "5").returncode == 0
+    functions = _file(root)["functions"]
+    assert functions["model.train.<locals>.gram_"]["description"] == {
+        "xs": "float32[B]",
+        "ys": "float32[B]",
+    }
+    assert functions["model.train.<locals>.rows"]["description"] == {"x": "float32[2,B]"}
+    assert not any("scaled" in name for name in functions)
+    built = _ppy(root, cache, "build")
+    lines = {line.split()[1]: line for line in built.stdout.splitlines() if "model" in line}
+    assert lines["train.<locals>.gram_"].split()[2] == "exported", built.stdout
+    assert lines["train.<locals>.rows"].split()[2] == "exported", built.stdout
+    compared = differential(root, "4", "7", cache=cache, build=False)
+    assert compared.bound() == {"train.<locals>.gram_", "train.<locals>.rows"}
+    assert compared.staged_calls("train.<locals>.gram_") == 2
+    assert compared.staged_calls("train.<locals>.rows") == 2
+    assert not compared.fallbacks()
+    # What the partial's function reads is compared where jit traces: another
+    # kernel width than the build's takes jit's path.
+    other = differential(root, "4", cache=cache, build=False, env={"WIDTH": "2.0"})
+    assert {(f["function"], f["category"]) for f in other.fallbacks()} == {
+        ("train.<locals>.gram_", "captured")
+    }
+
+
 CLOSED_OVER_AN_ARRAY = """
 import jax
 import jax.numpy as jnp

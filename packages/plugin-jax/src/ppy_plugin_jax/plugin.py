@@ -376,6 +376,8 @@ def _scope(function: FunctionInfo) -> Check:
             "move it to module level",
         )
     where = _MADE[function.scope]
+    if function.made is not None:
+        return Check("scope", True, f"made by {function.made} {where}: staged each time it runs")
     defaulted = [p.name for p in function.parameters if p.has_default]
     if defaulted:
         return Check(

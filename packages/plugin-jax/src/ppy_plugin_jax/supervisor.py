@@ -146,6 +146,7 @@ def _module_request(target: StageTarget) -> dict[str, Any]:
                 "qualname": f.qualname,
                 "scope": f.scope,
                 "closure": json.loads(f.closure) if f.closure is not None else None,
+                "made": f.made,
                 "params": [
                     describe(p, static=p.name in f.static)
                     for p in f.parameters

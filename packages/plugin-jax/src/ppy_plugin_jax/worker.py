@@ -367,6 +367,8 @@ def _export_variants(
         mismatch = _runtime_annotations(fn, function)
         if mismatch:
             raise _Refusal("annotation-mismatch", mismatch)
+    elif function.get("made"):  # jax.jit(...) called inside a function
+        fn = _evaluated(module, function["made"])
     else:  # made where no name holds it: rebuilt from its code, annotations read from source
         fn = _rebuilt(module, function["qualname"], function.get("closure"))
     params = function["params"]
@@ -405,6 +407,14 @@ def _export_variants(
         else None,
         "metadata": contract.to_metadata(),
     }
+
+
+def _evaluated(module: Any, call: str) -> Any:
+    """What ``call`` (``jax.jit(partial(gram, kernel))``, found inside a function
+    of the module) makes, evaluated over the module's globals as the program's
+    statement evaluates it: discovery took only calls that read no variable
+    of the function around them."""
+    return eval(compile(call, module.__file__, "eval", dont_inherit=True), vars(module))
 
 
 def _rebuilt(module: Any, qualname: str, held: Mapping[str, Any] | None) -> Any:

@@ -158,6 +158,19 @@ class Definitions:
         found = [self._function(d, differentiated.get(d.qualname)) for d in self.defs]
         for statement, name, record, made in self._jitted_by_call():
             found.append(self._jitted(statement, name, record, made, differentiated))
+        for owner in self.defs:
+            if owner.scope in ("module", "main"):
+                for statement, name, record, made in self._jitted_inside(owner):
+                    jitted = self._jitted(statement, name, record, made, {})
+                    found.append(
+                        dataclasses.replace(
+                            jitted,
+                            qualname=f"{owner.qualname}.<locals>.{name}",
+                            scope="nested",
+                            rebound=(),
+                            made=ast.unparse(statement.value),
+                        )
+                    )
         order = {"module": 0, "method": 1, "nested": 1, "main": 1}
         return tuple(sorted(found, key=lambda f: (order[f.scope], f.lineno)))
 
@@ -183,6 +196,40 @@ class Definitions:
                 if record.scope == "module" and record.qualname == qualname:
                     yield statement, statement.targets[0].id, record, made
                     break
+
+    def _jitted_inside(
+        self, owner: Definition
+    ) -> Iterator[tuple[ast.Assign, str, Definition, _Made]]:
+        """``name = jax.jit(made, ...)`` in the body of the module-level
+        function ``owner``, as ``_jitted_by_call`` finds them at module level,
+        where every name the call reads is the module's: the build evaluates
+        it over the module's globals. A name assigned twice in ``owner`` is
+        left out, as the run could bind either."""
+        local = _locals(owner.node)
+        found: dict[str, list[tuple[ast.Assign, Definition, _Made]]] = {}
+        for statement in _body_statements(owner.node.body):
+            if not (
+                isinstance(statement, ast.Assign)
+                and len(statement.targets) == 1
+                and isinstance(statement.targets[0], ast.Name)
+                and isinstance(statement.value, ast.Call)
+                and self.resolve(statement.value.func) == "jax.jit"
+                and len(statement.value.args) == 1
+            ):
+                continue
+            made = self._made(statement.value.args[0])
+            reads = {n.id for n in ast.walk(statement.value) if isinstance(n, ast.Name)}
+            qualname = self.module_functions.get(made.function) if made else None
+            if made is None or qualname is None or reads & local:
+                continue
+            for record in self.defs:
+                if record.scope == "module" and record.qualname == qualname:
+                    found.setdefault(statement.targets[0].id, []).append((statement, record, made))
+                    break
+        for name, each in found.items():
+            if len(each) == 1 and _assignments(owner.node, name) == 1:
+                statement, record, made = each[0]
+                yield statement, name, record, made
 
     def _made(self, node: ast.expr) -> _Made | None:
         """What a jitted expression makes of a module-level function, or None
@@ -342,6 +389,49 @@ def _nested_blocks(statement: ast.stmt) -> Iterator[Sequence[ast.stmt]]:
         yield handler.body
     for case in getattr(statement, "cases", ()):
         yield case.body
+
+
+def _locals(node: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """The names a function binds for itself: its parameters, and whatever
+    its body assigns, defines or imports (less what it declares global)."""
+    args = node.args
+    found = {
+        a.arg
+        for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
+        if a is not None
+    }
+    declared: set[str] = set()
+    for child in ast.walk(node):
+        if child is node:
+            continue
+        if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store | ast.Del):
+            found.add(child.id)
+        elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            found.add(child.name)
+        elif isinstance(child, ast.Import | ast.ImportFrom):
+            found.update((a.asname or a.name).partition(".")[0] for a in child.names)
+        elif isinstance(child, ast.Global):
+            declared.update(child.names)
+    return found - declared
+
+
+def _assignments(node: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> int:
+    """How many places in a function store to ``name``."""
+    return sum(
+        1
+        for child in ast.walk(node)
+        if isinstance(child, ast.Name) and child.id == name and isinstance(child.ctx, ast.Store)
+    )
+
+
+def _body_statements(body: Sequence[ast.stmt]) -> Iterator[ast.stmt]:
+    """A function body's statements, through its compound statements
+    (``if``, loops, ``with``, ``try``, ``match``), not into what it defines."""
+    for statement in body:
+        yield statement
+        if not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            for block in _nested_blocks(statement):
+                yield from _body_statements(block)
 
 
 def _class_statements(body: Sequence[ast.stmt]) -> Iterator[ast.stmt]:

@@ -150,6 +150,10 @@ class FunctionInfo:
     #: For a function defined inside another, what a recording saw it read
     #: of that one: JSON ``{name: {"static": literal} | {"ref": "module:name"}}``.
     closure: str | None = None
+    #: For a jit a function makes by a call (``gram_ = jax.jit(partial(gram,
+    #: kernel))`` in ``train``), the call's source: the build evaluates it over
+    #: the module's globals, the run binds what it makes at that statement.
+    made: str | None = None
 
     @property
     def name(self) -> str:

@@ -29,7 +29,7 @@ from ppy.discovery.records import FunctionInfo, ModuleInfo
 from ppy.kinds.fingerprint import closure
 from ppy.kinds.pytrees import class_name, reference
 from ppy.record.signatures import CLOSURE, FunctionCalls, Signatures
-from ppy.run.binding import bind_source
+from ppy.run.binding import bind_source, call_sites
 from ppy.run.made import MadeJits
 
 __all__ = ["Recorder", "Unrecordable", "candidates"]
@@ -80,7 +80,8 @@ class Recorder:
         self, path: Path, module: str | None
     ) -> tuple[CodeType, Callable[[str, Any], Any] | None]:
         functions = self.functions.get(module or "", {})
-        code, named = bind_source(path.read_bytes(), str(path), frozenset(functions))
+        source = path.read_bytes()
+        code, named = bind_source(source, str(path), frozenset(functions))
         if not functions:
             return code, None
         assert module is not None
@@ -88,8 +89,11 @@ class Recorder:
         def bind(qualname: str, original: Any) -> Any:
             return self._wrap(f"{module}.{qualname}", functions[qualname], original)
 
-        for qualname in sorted(set(functions) - named):  # made as the program runs
+        sites = call_sites(source, frozenset(functions))
+        for qualname in sorted(set(functions) - named - set(sites)):  # made as the program runs
             self.jits.want(str(path), qualname, functools.partial(bind, qualname))
+        for qualname, (owner, lines) in sorted(sites.items()):
+            self.jits.want_site(str(path), owner, lines, functools.partial(bind, qualname))
         return code, bind
 
     def _wrap(self, name: str, function: FunctionInfo, original: Any) -> Any:

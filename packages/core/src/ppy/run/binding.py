@@ -14,8 +14,10 @@ program imports are bound the same way by a finder placed just ahead of
 ``ppy._hook.PpyFinder``.
 
 A staged function that no module-level statement binds -- a jitted def
-inside a function, or under ``if __name__ == "__main__":`` -- is bound where
-the program makes it, in ``jax.jit`` (``ppy.run.made``), each time it is made.
+inside a function, or under ``if __name__ == "__main__":``, or a
+``name = jax.jit(...)`` inside a function -- is bound where the program makes
+it, in ``jax.jit`` (``ppy.run.made``), each time it is made: a def by its
+code, a call by where it is made (``call_sites``).
 
 An entry is not bound -- the original stays, and ``run.unbound`` says why --
 when its module's source changed since the build, when no runtime is
@@ -47,7 +49,7 @@ if TYPE_CHECKING:
     from ppy.artifact.entry import Entry
     from ppy.artifact.model import Artifact
 
-__all__ = ["BIND_NAME", "Binder", "BindingFinder", "Binds", "bind_source"]
+__all__ = ["BIND_NAME", "Binder", "BindingFinder", "Binds", "bind_source", "call_sites"]
 
 #: The name the inserted statements call; a dunder, so no program uses it.
 BIND_NAME = "__ppy_bind__"
@@ -87,6 +89,52 @@ def bind_source(
         body.insert(last, _located(ast.Delete([ast.Name(BIND_NAME, ast.Del())]), body[last - 1]))
     tree.body = body
     return compile(tree, filename, "exec", dont_inherit=True), frozenset(final)
+
+
+def call_sites(source: bytes, staged: frozenset[str]) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Where each staged ``owner.<locals>.name`` that a call makes is made:
+    ``name = jax.jit(...)`` in the body of the top-level function ``owner``,
+    as (``owner``, the lines of the call). Discovery took only calls a name
+    is assigned once in its function."""
+    found: dict[str, tuple[str, tuple[int, ...]]] = {}
+    if not any(".<locals>." in name for name in staged):
+        return found
+    for owner in _top_level_defs(ast.parse(source).body):
+        for statement in _statements(owner.body):
+            name = _bound_name(statement)
+            qualname = f"{owner.name}.<locals>.{name}"
+            if qualname in staged and isinstance(statement, ast.Assign):
+                value = statement.value
+                end = value.end_lineno or value.lineno
+                found[qualname] = (owner.name, tuple(range(value.lineno, end + 1)))
+    return found
+
+
+def _top_level_defs(body: Sequence[ast.stmt]) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The functions a module defines at its top level, under the main guard too."""
+    found: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
+    for statement in body:
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
+            found.append(statement)
+        elif isinstance(statement, ast.If | ast.Try):
+            found.extend(_top_level_defs([*statement.body, *statement.orelse]))
+    return found
+
+
+def _statements(body: Sequence[ast.stmt]) -> list[ast.stmt]:
+    """A function body's statements, through its compound ones, not into what it defines."""
+    found: list[ast.stmt] = []
+    for statement in body:
+        found.append(statement)
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(statement, field, None)
+            if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+                found.extend(_statements(block))
+        for inner in [*getattr(statement, "handlers", ()), *getattr(statement, "cases", ())]:
+            found.extend(_statements(inner.body))
+    return found
 
 
 def _bound_name(statement: ast.stmt) -> str | None:
@@ -190,8 +238,11 @@ class Binder:
         if not entries:
             return code, None
         bind = self.binder(entries)
-        for qualname in sorted(set(entries) - named):
+        sites = call_sites(source, frozenset(entries))
+        for qualname in sorted(set(entries) - named - set(sites)):
             self.jits.want(str(path), qualname, _made(bind, qualname))
+        for qualname, (owner, lines) in sorted(sites.items()):
+            self.jits.want_site(str(path), owner, lines, _made(bind, qualname))
         return code, bind
 
 
