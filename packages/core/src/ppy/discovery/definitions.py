@@ -14,7 +14,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from ppy.discovery.imports import Names, is_main_guard, module_statements
+from ppy.discovery.imports import (
+    Names,
+    function_statements,
+    is_main_guard,
+    module_statements,
+    nested_blocks,
+)
 from ppy.discovery.records import (
     ArraySpec,
     ClassInfo,
@@ -137,7 +143,7 @@ class Definitions:
                 inner_scope: Scope = "method" if scope == "module" else "nested"
                 self._collect_class(statement, f"{prefix}{statement.name}.", inner_scope)
             elif scope != "module":
-                for child in _nested_blocks(statement):
+                for child in nested_blocks(statement):
                     self._collect(child, prefix=prefix, scope=scope, owner=owner)
 
     def _collect_class(self, node: ast.ClassDef, prefix: str, scope: Scope) -> None:
@@ -179,23 +185,29 @@ class Definitions:
         module-level def, or one wrapped by ``functools.partial`` and jax's
         transforms (``jax.vmap``, ``jax.grad``, ...)."""
         for statement in module_statements(self.tree.body):
-            if not (
-                isinstance(statement, ast.Assign)
-                and len(statement.targets) == 1
-                and isinstance(statement.targets[0], ast.Name)
-                and isinstance(statement.value, ast.Call)
-                and self.resolve(statement.value.func) == "jax.jit"
-                and len(statement.value.args) == 1
-            ):
-                continue
-            made = self._made(statement.value.args[0])
-            if made is None:
-                continue
-            qualname = self.module_functions.get(made.function)
-            for record in self.defs:
-                if record.scope == "module" and record.qualname == qualname:
-                    yield statement, statement.targets[0].id, record, made
-                    break
+            found = self._jit_assignment(statement)
+            if found is not None:
+                assert isinstance(statement, ast.Assign)
+                yield statement, *found
+
+    def _jit_assignment(self, statement: ast.stmt) -> tuple[str, Definition, _Made] | None:
+        """(the name, the module-level def, what is made of it) where ``statement``
+        is ``name = jax.jit(made, ...)`` of a module-level def; else None."""
+        if not (
+            isinstance(statement, ast.Assign)
+            and len(statement.targets) == 1
+            and isinstance(statement.targets[0], ast.Name)
+            and isinstance(statement.value, ast.Call)
+            and self.resolve(statement.value.func) == "jax.jit"
+            and len(statement.value.args) == 1
+        ):
+            return None
+        made = self._made(statement.value.args[0])
+        qualname = self.module_functions.get(made.function) if made is not None else None
+        for record in self.defs:
+            if made is not None and record.scope == "module" and record.qualname == qualname:
+                return statement.targets[0].id, record, made
+        return None
 
     def _jitted_inside(
         self, owner: Definition
@@ -206,30 +218,14 @@ class Definitions:
         it over the module's globals. A name assigned twice in ``owner`` is
         left out, as the run could bind either."""
         local = _locals(owner.node)
-        found: dict[str, list[tuple[ast.Assign, Definition, _Made]]] = {}
-        for statement in _body_statements(owner.node.body):
-            if not (
-                isinstance(statement, ast.Assign)
-                and len(statement.targets) == 1
-                and isinstance(statement.targets[0], ast.Name)
-                and isinstance(statement.value, ast.Call)
-                and self.resolve(statement.value.func) == "jax.jit"
-                and len(statement.value.args) == 1
-            ):
+        for statement in function_statements(owner.node.body):
+            found = self._jit_assignment(statement)
+            if found is None or _assignments(owner.node, found[0]) != 1:
                 continue
-            made = self._made(statement.value.args[0])
+            assert isinstance(statement, ast.Assign)
             reads = {n.id for n in ast.walk(statement.value) if isinstance(n, ast.Name)}
-            qualname = self.module_functions.get(made.function) if made else None
-            if made is None or qualname is None or reads & local:
-                continue
-            for record in self.defs:
-                if record.scope == "module" and record.qualname == qualname:
-                    found.setdefault(statement.targets[0].id, []).append((statement, record, made))
-                    break
-        for name, each in found.items():
-            if len(each) == 1 and _assignments(owner.node, name) == 1:
-                statement, record, made = each[0]
-                yield statement, name, record, made
+            if not reads & local:
+                yield statement, *found
 
     def _made(self, node: ast.expr) -> _Made | None:
         """What a jitted expression makes of a module-level function, or None
@@ -379,18 +375,6 @@ def _static(call: ast.Call) -> tuple[int | str, ...]:
     return tuple(found)
 
 
-def _nested_blocks(statement: ast.stmt) -> Iterator[Sequence[ast.stmt]]:
-    """The statement lists inside a compound statement of a function body."""
-    for name in ("body", "orelse", "finalbody"):
-        block = getattr(statement, name, None)
-        if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
-            yield block
-    for handler in getattr(statement, "handlers", ()):
-        yield handler.body
-    for case in getattr(statement, "cases", ()):
-        yield case.body
-
-
 def _locals(node: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
     """The names a function binds for itself: its parameters, and whatever
     its body assigns, defines or imports (less what it declares global)."""
@@ -424,21 +408,11 @@ def _assignments(node: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> int
     )
 
 
-def _body_statements(body: Sequence[ast.stmt]) -> Iterator[ast.stmt]:
-    """A function body's statements, through its compound statements
-    (``if``, loops, ``with``, ``try``, ``match``), not into what it defines."""
-    for statement in body:
-        yield statement
-        if not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            for block in _nested_blocks(statement):
-                yield from _body_statements(block)
-
-
 def _class_statements(body: Sequence[ast.stmt]) -> Iterator[ast.stmt]:
     for statement in body:
         yield statement
         if isinstance(statement, ast.If | ast.Try):
-            for block in _nested_blocks(statement):
+            for block in nested_blocks(statement):
                 yield from _class_statements(block)
 
 

@@ -12,7 +12,14 @@ import ast
 from collections.abc import Iterator, Sequence
 from typing import Final
 
-__all__ = ["Names", "imported_modules", "is_main_guard", "module_statements"]
+__all__ = [
+    "Names",
+    "function_statements",
+    "imported_modules",
+    "is_main_guard",
+    "module_statements",
+    "nested_blocks",
+]
 
 _TYPE_ALIAS: Final = frozenset({"typing.TypeAlias", "typing_extensions.TypeAlias"})
 
@@ -77,6 +84,28 @@ def module_statements(body: Sequence[ast.stmt]) -> Iterator[ast.stmt]:
                 yield from module_statements(handler.body)
             yield from module_statements(statement.orelse)
             yield from module_statements(statement.finalbody)
+
+
+def function_statements(body: Sequence[ast.stmt]) -> Iterator[ast.stmt]:
+    """A function body's statements, through its compound statements
+    (``if``, loops, ``with``, ``try``, ``match``), not into what it defines."""
+    for statement in body:
+        yield statement
+        if not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            for block in nested_blocks(statement):
+                yield from function_statements(block)
+
+
+def nested_blocks(statement: ast.stmt) -> Iterator[Sequence[ast.stmt]]:
+    """The statement lists inside a compound statement of a function body."""
+    for name in ("body", "orelse", "finalbody"):
+        block = getattr(statement, name, None)
+        if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+            yield block
+    for handler in getattr(statement, "handlers", ()):
+        yield handler.body
+    for case in getattr(statement, "cases", ()):
+        yield case.body
 
 
 def is_main_guard(test: ast.expr) -> bool:

@@ -15,7 +15,6 @@ process; shapes and static literals are all the file holds.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import json
 import math
@@ -29,7 +28,7 @@ from ppy.discovery.records import FunctionInfo, ModuleInfo
 from ppy.kinds.fingerprint import closure
 from ppy.kinds.pytrees import class_name, reference
 from ppy.record.signatures import CLOSURE, FunctionCalls, Signatures
-from ppy.run.binding import bind_source, call_sites
+from ppy.run.binding import bind_source, want_made
 from ppy.run.made import MadeJits
 
 __all__ = ["Recorder", "Unrecordable", "candidates"]
@@ -89,11 +88,7 @@ class Recorder:
         def bind(qualname: str, original: Any) -> Any:
             return self._wrap(f"{module}.{qualname}", functions[qualname], original)
 
-        sites = call_sites(source, frozenset(functions))
-        for qualname in sorted(set(functions) - named - set(sites)):  # made as the program runs
-            self.jits.want(str(path), qualname, functools.partial(bind, qualname))
-        for qualname, (owner, lines) in sorted(sites.items()):
-            self.jits.want_site(str(path), owner, lines, functools.partial(bind, qualname))
+        want_made(self.jits, path, source, (frozenset(functions), named), bind)
         return code, bind
 
     def _wrap(self, name: str, function: FunctionInfo, original: Any) -> Any:

@@ -17,7 +17,7 @@ A staged function that no module-level statement binds -- a jitted def
 inside a function, or under ``if __name__ == "__main__":``, or a
 ``name = jax.jit(...)`` inside a function -- is bound where the program makes
 it, in ``jax.jit`` (``ppy.run.made``), each time it is made: a def by its
-code, a call by where it is made (``call_sites``).
+code, a call by the lines that make it (``want_made``).
 
 An entry is not bound -- the original stays, and ``run.unbound`` says why --
 when its module's source changed since the build, when no runtime is
@@ -30,6 +30,7 @@ This module does not import jax: the runtimes do, when they bind.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import importlib.abc
 import importlib.machinery
@@ -41,6 +42,7 @@ from types import CodeType, ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ppy._hook import PpyFinder, find_ppy_source
+from ppy.discovery.imports import function_statements
 from ppy.layout import module_name
 from ppy.run.made import MadeJits
 from ppy.runtime import NotBound, Runtime
@@ -49,7 +51,7 @@ if TYPE_CHECKING:
     from ppy.artifact.entry import Entry
     from ppy.artifact.model import Artifact
 
-__all__ = ["BIND_NAME", "Binder", "BindingFinder", "Binds", "bind_source", "call_sites"]
+__all__ = ["BIND_NAME", "Binder", "BindingFinder", "Binds", "bind_source", "want_made"]
 
 #: The name the inserted statements call; a dunder, so no program uses it.
 BIND_NAME = "__ppy_bind__"
@@ -100,7 +102,7 @@ def call_sites(source: bytes, staged: frozenset[str]) -> dict[str, tuple[str, tu
     if not any(".<locals>." in name for name in staged):
         return found
     for owner in _top_level_defs(ast.parse(source).body):
-        for statement in _statements(owner.body):
+        for statement in function_statements(owner.body):
             name = _bound_name(statement)
             qualname = f"{owner.name}.<locals>.{name}"
             if qualname in staged and isinstance(statement, ast.Assign):
@@ -118,22 +120,6 @@ def _top_level_defs(body: Sequence[ast.stmt]) -> list[ast.FunctionDef | ast.Asyn
             found.append(statement)
         elif isinstance(statement, ast.If | ast.Try):
             found.extend(_top_level_defs([*statement.body, *statement.orelse]))
-    return found
-
-
-def _statements(body: Sequence[ast.stmt]) -> list[ast.stmt]:
-    """A function body's statements, through its compound ones, not into what it defines."""
-    found: list[ast.stmt] = []
-    for statement in body:
-        found.append(statement)
-        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            continue
-        for field in ("body", "orelse", "finalbody"):
-            block = getattr(statement, field, None)
-            if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
-                found.extend(_statements(block))
-        for inner in [*getattr(statement, "handlers", ()), *getattr(statement, "cases", ())]:
-            found.extend(_statements(inner.body))
     return found
 
 
@@ -238,17 +224,27 @@ class Binder:
         if not entries:
             return code, None
         bind = self.binder(entries)
-        sites = call_sites(source, frozenset(entries))
-        for qualname in sorted(set(entries) - named - set(sites)):
-            self.jits.want(str(path), qualname, _made(bind, qualname))
-        for qualname, (owner, lines) in sorted(sites.items()):
-            self.jits.want_site(str(path), owner, lines, _made(bind, qualname))
+        want_made(self.jits, path, source, (frozenset(entries), named), bind)
         return code, bind
 
 
-def _made(bind: Callable[[str, Any], Any], qualname: str) -> Callable[[Any], Any]:
-    """What binds a jit of ``qualname`` each time the program makes one."""
-    return lambda jitted: bind(qualname, jitted)
+def want_made(
+    jits: MadeJits,
+    path: Path,
+    source: bytes,
+    staged: tuple[frozenset[str], frozenset[str]],
+    bind: Callable[[str, Any], Any],
+) -> None:
+    """Have ``bind(qualname, jitted)`` called each time the program makes a jit
+    of a staged qualname that no module-level statement binds: ``staged`` is
+    (the qualnames, those ``bind_source`` bound). A def is found by its code,
+    a ``name = jax.jit(...)`` in a function by the lines of its call."""
+    qualnames, named = staged
+    sites = call_sites(source, qualnames)
+    for qualname in sorted(qualnames - named - set(sites)):
+        jits.want(str(path), qualname, functools.partial(bind, qualname))
+    for qualname, (owner, lines) in sorted(sites.items()):
+        jits.want_site(str(path), owner, lines, functools.partial(bind, qualname))
 
 
 class Binds(Protocol):

@@ -13,8 +13,8 @@ such candidates), ``jax.jit`` is jax's own, wrapped: every call is jax's, and
 when it jits a plain function whose code is one of those wanted (by the file
 it was compiled from and its qualname), or is called from a line wanted (by
 the file, the calling function's qualname and the line), what jax made is
-handed to the wanter, which returns what the program gets in its place: a staged function,
-a recording one, or jax's own. Everything else, library code's jits
+handed to the wanter, which returns what the program gets in its place: a
+staged function, a recording one, or jax's own. Everything else, library code's jits
 included, gets jax's result untouched, after one dict lookup.
 """
 
