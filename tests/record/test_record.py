@@ -72,6 +72,16 @@ def _file(root: Path) -> dict[str, Any]:
     return data
 
 
+def _recorded(tmp_path: Path, source: str, *argv: str) -> tuple[Path, Path, dict[str, Any]]:
+    """A project of ``source`` recorded once with ``argv``: its root, its
+    executable cache, and the recorded functions."""
+    root = _project(tmp_path, source)
+    cache = tmp_path / "cache"
+    recorded = _ppy(root, cache, "record", "model.ppy", *argv)
+    assert recorded.returncode == 0, recorded.stderr
+    return root, cache, _file(root)["functions"]
+
+
 def test_record_prints_what_python_prints_and_writes_the_signatures(tmp_path: Path) -> None:
     root = _project(tmp_path)
     cache = tmp_path / "cache"
@@ -301,10 +311,8 @@ for n in [int(a) for a in sys.argv[1:]]:
 
 
 def test_plain_lists_tuples_and_dicts_of_arrays_are_described(tmp_path: Path) -> None:
-    root = _project(tmp_path, NESTED)
-    cache = tmp_path / "cache"
-    assert _ppy(root, cache, "record", "model.ppy", "3", "7").returncode == 0
-    described = _file(root)["functions"]["model.loss"]["description"]
+    root, cache, functions = _recorded(tmp_path, NESTED, "3", "7")
+    described = functions["model.loss"]["description"]
     assert described == {
         "batch": "(float32[B,4], float32[B,2])",
         "params": "[(float32[4,8], float32[8]), (float32[8,2], float32[2])]",
@@ -342,10 +350,7 @@ print(d, (d + jnp.ones(3, jnp.bfloat16)).dtype)
 def test_an_input_recorded_weakly_typed_gets_a_variant_of_its_own(tmp_path: Path) -> None:
     # jit traces a weakly typed call apart, and its outputs stay weak: python
     # adds the weak result to bfloat16 in bfloat16.
-    root = _project(tmp_path, WEAK)
-    cache = tmp_path / "cache"
-    assert _ppy(root, cache, "record", "model.ppy", "2", "3").returncode == 0
-    described = _file(root)["functions"]
+    root, cache, described = _recorded(tmp_path, WEAK, "2", "3")
     assert described["model.step"]["description"] == {
         "w": "(weak) float32[4]",
         "x": "float32[B,4]",
@@ -498,10 +503,7 @@ if __name__ == "__main__":
 def test_a_jit_made_inside_a_function_or_under_the_main_guard_is_recorded_and_staged(
     tmp_path: Path,
 ) -> None:
-    root = _project(tmp_path, MADE)
-    cache = tmp_path / "cache"
-    assert _ppy(root, cache, "record", "model.ppy", "8", "16").returncode == 0
-    functions = _file(root)["functions"]
+    root, cache, functions = _recorded(tmp_path, MADE, "8", "16")
     update = functions["model.minimize.<locals>.update"]
     assert (update["calls"], update["description"]) == (6, {"w": "float32[3]", "x": "float32[B,3]"})
     assert functions["model.report"]["description"] == {"w": "float32[3]"}
@@ -566,10 +568,7 @@ for n in [int(a) for a in sys.argv[1:]]:
 def test_a_jit_made_by_a_call_inside_a_function_is_recorded_and_staged(tmp_path: Path) -> None:
     # jit(partial(gram, kernel)) and jax.jit(jax.vmap(center)) inside train: made
     # each time train runs, bound where they are made, by the line that makes them.
-    root = _project(tmp_path, MADE_BY_CALLS)
-    cache = tmp_path / "cache"
-    assert _ppy(root, cache, "record", "model.ppy", "3", "5").returncode == 0
-    functions = _file(root)["functions"]
+    root, cache, functions = _recorded(tmp_path, MADE_BY_CALLS, "3", "5")
     assert functions["model.train.<locals>.gram_"]["description"] == {
         "xs": "float32[B]",
         "ys": "float32[B]",

@@ -79,17 +79,16 @@ class Recorder:
         self, path: Path, module: str | None
     ) -> tuple[CodeType, Callable[[str, Any], Any] | None]:
         functions = self.functions.get(module or "", {})
-        source = path.read_bytes()
-        code, named = bind_source(source, str(path), frozenset(functions))
+        bound = bind_source(path.read_bytes(), str(path), frozenset(functions))
         if not functions:
-            return code, None
+            return bound.code, None
         assert module is not None
 
         def bind(qualname: str, original: Any) -> Any:
             return self._wrap(f"{module}.{qualname}", functions[qualname], original)
 
-        want_made(self.jits, path, source, (frozenset(functions), named), bind)
-        return code, bind
+        want_made(self.jits, path, frozenset(functions), bound, bind)
+        return bound.code, bind
 
     def _wrap(self, name: str, function: FunctionInfo, original: Any) -> Any:
         python = inspect.unwrap(original)

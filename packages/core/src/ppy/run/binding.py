@@ -37,6 +37,7 @@ import importlib.machinery
 import importlib.util
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import CodeType, ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -51,7 +52,15 @@ if TYPE_CHECKING:
     from ppy.artifact.entry import Entry
     from ppy.artifact.model import Artifact
 
-__all__ = ["BIND_NAME", "Binder", "BindingFinder", "Binds", "bind_source", "want_made"]
+__all__ = [
+    "BIND_NAME",
+    "Binder",
+    "BindingFinder",
+    "Binds",
+    "BoundSource",
+    "bind_source",
+    "want_made",
+]
 
 #: The name the inserted statements call; a dunder, so no program uses it.
 BIND_NAME = "__ppy_bind__"
@@ -63,17 +72,29 @@ def _log() -> Any:
     return get_logger()
 
 
-def bind_source(
-    source: bytes, filename: str, staged: frozenset[str]
-) -> tuple[CodeType, frozenset[str]]:
+@dataclass(frozen=True)
+class BoundSource:
+    """A module compiled to bind its staged functions (``bind_source``)."""
+
+    code: CodeType
+    #: The staged names a module-level statement binds.
+    named: frozenset[str]
+    #: Each staged ``owner.<locals>.name`` that ``name = jax.jit(...)`` makes in
+    #: the top-level function ``owner``: (``owner``, the lines of the call).
+    sites: dict[str, tuple[str, tuple[int, ...]]]
+
+
+def bind_source(source: bytes, filename: str, staged: frozenset[str]) -> BoundSource:
     """Compile ``source`` with a bind statement after each staged name's last
-    top-level binding: its ``def``, or a ``name = jax.jit(function)``; and the
-    staged names so bound (the others are made where no statement names them).
+    top-level binding: its ``def``, or a ``name = jax.jit(function)``; with the
+    staged names so bound, and the calls inside functions that make others
+    (the rest are defs made where no statement names them).
 
     The last one also deletes ``__ppy_bind__``, so the program's ``globals()``
     hold no name of ppy's once its staged functions are defined.
     """
     tree = ast.parse(source, filename)
+    sites = _call_sites(tree, staged)
     final = {
         name: index
         for index, statement in enumerate(tree.body)
@@ -90,18 +111,17 @@ def bind_source(
     if last is not None:
         body.insert(last, _located(ast.Delete([ast.Name(BIND_NAME, ast.Del())]), body[last - 1]))
     tree.body = body
-    return compile(tree, filename, "exec", dont_inherit=True), frozenset(final)
+    code = compile(tree, filename, "exec", dont_inherit=True)
+    return BoundSource(code, frozenset(final), sites)
 
 
-def call_sites(source: bytes, staged: frozenset[str]) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """Where each staged ``owner.<locals>.name`` that a call makes is made:
-    ``name = jax.jit(...)`` in the body of the top-level function ``owner``,
-    as (``owner``, the lines of the call). Discovery took only calls a name
-    is assigned once in its function."""
+def _call_sites(tree: ast.Module, staged: frozenset[str]) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """``BoundSource.sites``: discovery took only calls whose name is
+    assigned once in its function."""
     found: dict[str, tuple[str, tuple[int, ...]]] = {}
     if not any(".<locals>." in name for name in staged):
         return found
-    for owner in _top_level_defs(ast.parse(source).body):
+    for owner in _top_level_defs(tree.body):
         for statement in function_statements(owner.body):
             name = _bound_name(statement)
             qualname = f"{owner.name}.<locals>.{name}"
@@ -220,30 +240,27 @@ class Binder:
         """The module's code, and the ``__ppy_bind__`` it calls (None: it binds nothing)."""
         source = path.read_bytes()
         entries = self.entries(module, source)
-        code, named = bind_source(source, str(path), frozenset(entries))
+        bound = bind_source(source, str(path), frozenset(entries))
         if not entries:
-            return code, None
+            return bound.code, None
         bind = self.binder(entries)
-        want_made(self.jits, path, source, (frozenset(entries), named), bind)
-        return code, bind
+        want_made(self.jits, path, frozenset(entries), bound, bind)
+        return bound.code, bind
 
 
 def want_made(
     jits: MadeJits,
     path: Path,
-    source: bytes,
-    staged: tuple[frozenset[str], frozenset[str]],
+    staged: frozenset[str],
+    bound: BoundSource,
     bind: Callable[[str, Any], Any],
 ) -> None:
     """Have ``bind(qualname, jitted)`` called each time the program makes a jit
-    of a staged qualname that no module-level statement binds: ``staged`` is
-    (the qualnames, those ``bind_source`` bound). A def is found by its code,
-    a ``name = jax.jit(...)`` in a function by the lines of its call."""
-    qualnames, named = staged
-    sites = call_sites(source, qualnames)
-    for qualname in sorted(qualnames - named - set(sites)):
+    of a ``staged`` qualname that no module-level statement binds: a def found
+    by its code, a ``name = jax.jit(...)`` in a function by the lines of its call."""
+    for qualname in sorted(staged - bound.named - set(bound.sites)):
         jits.want(str(path), qualname, functools.partial(bind, qualname))
-    for qualname, (owner, lines) in sorted(sites.items()):
+    for qualname, (owner, lines) in sorted(bound.sites.items()):
         jits.want_site(str(path), owner, lines, functools.partial(bind, qualname))
 
 
