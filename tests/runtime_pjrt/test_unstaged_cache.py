@@ -132,3 +132,50 @@ def test_ppy_unstaged_cache_0_compiles_as_jax_would(
     assert out == _plain(project)
     assert _unstaged(events) == {}
     assert any(e["event"] == "run.bind" for e in events)
+
+
+FORKS = """\
+import os, sys
+import jax
+import jax.numpy as jnp
+
+
+@jax.jit
+def double(x):
+    return x * 2
+
+
+print("before", jnp.sin(jnp.arange(4.0)).round(3).tolist())
+sys.stdout.flush()
+pid = os.fork()
+if pid == 0:
+    print("child")
+    sys.stdout.flush()
+    os._exit(3)
+_, status = os.waitpid(pid, 0)
+print("parent saw", os.waitstatus_to_exitcode(status), double(jnp.cos(jnp.arange(3.0))) > 0)
+"""
+
+
+def test_a_program_that_forks_keeps_every_compile(
+    tmp_path: Path, ppy: Run, cache_dir: Path
+) -> None:
+    """Executables are written behind the program, and a fork waits for the
+    writes queued before it: the child starts with none half done, and every
+    compile of the parent, before the fork and after, is in the cache when
+    the run ends."""
+    from tests.conftest import PERMISSIONS
+
+    (tmp_path / "pyproject.toml").write_text(PERMISSIONS)
+    (tmp_path / "model.ppy").write_text(FORKS)
+    plain = _plain(tmp_path)
+    assert ppy("build", cwd=tmp_path).returncode == 0  # double stays: the jax runtime serves
+
+    first, first_events = _run(ppy, tmp_path)
+    second, second_events = _run(ppy, tmp_path)
+
+    assert first == second == plain
+    assert plain.splitlines()[1:] == ["child", "parent saw 3 [ True  True False]"]
+    compiled = _unstaged(first_events)
+    assert {"jit_sin", "jit_cos", "jit_double"} <= set(compiled)
+    assert _unstaged(second_events) == dict.fromkeys(compiled, "cache")

@@ -16,9 +16,10 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 from typing import Any, Literal
 
-__all__ = ["LogFormat", "configure", "get_logger", "verbose"]
+__all__ = ["Held", "LogFormat", "configure", "get_logger", "holding", "show", "verbose"]
 
 LogFormat = Literal["console", "json"]
 
@@ -80,6 +81,30 @@ def _structlog() -> Any:
     return _logger
 
 
+#: Per thread: where its events are held instead of shown (``holding``).
+_held = threading.local()
+
+#: An event held back: (method, event, fields).
+Held = tuple[str, str, dict[str, Any]]
+
+
+def holding(into: list[Held]) -> None:
+    """From now on, this thread's events go to ``into`` rather than stderr.
+
+    For a thread of ppy's own that works beside the program (the cache
+    writer): lines it printed could land in the middle of what the program
+    writes to stderr, and one event split by another is no longer JSON. The
+    thread that owns the program shows them later (``show``).
+    """
+    _held.events = into
+
+
+def show(events: list[Held]) -> None:
+    """Show events another thread held, in the order it held them."""
+    for method, event, fields in events:
+        getattr(_structlog(), method)(event, **fields)
+
+
 class _Logger:
     """The part of a structlog logger ppy uses, filtering before any import."""
 
@@ -87,7 +112,11 @@ class _Logger:
 
     def _emit(self, level: int, method: str, event: str, fields: dict[str, Any]) -> None:
         if level >= _settings["level"]:
-            getattr(_structlog(), method)(event, **fields)
+            held = getattr(_held, "events", None)
+            if held is not None:
+                held.append((method, event, fields))
+            else:
+                getattr(_structlog(), method)(event, **fields)
 
     def debug(self, event: str, **fields: Any) -> None:
         self._emit(logging.DEBUG, "debug", event, fields)

@@ -9,7 +9,8 @@ Where one comes from, cheapest first:
    ``jax.experimental.serialize_executable.deserialize_and_load`` would
    (``pickled.load_compiled``);
 3. a compile: ``jax.jit(exported.call).lower(*shapes).compile()``, which
-   refines the symbolic shapes and compiles, then is serialized into the cache.
+   refines the symbolic shapes and compiles, then is serialized into the cache
+   on the writer thread (``behind``).
 
 What is handed back for calls is the ``jax.stages.Compiled``'s C++ dispatch
 function (``fast_call``): a ``Compiled`` called through its Python
@@ -22,6 +23,7 @@ fast path as a freshly compiled one; only that wrapper differs.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -32,7 +34,7 @@ import jax
 from jax.experimental import serialize_executable
 from ppy.cache import ExecutableCache, executable_key
 
-from ppy_runtime_pjrt import pickled, unstaged
+from ppy_runtime_pjrt import behind, pickled, unstaged
 from ppy_runtime_pjrt.guard import Signature
 from ppy_runtime_pjrt.placement import Placed
 
@@ -194,16 +196,21 @@ class Executables:
                 if compiled is not None:
                     return fast_call(compiled), "cache"
         compiled = self._compile(shaped)
-        data = self._serialize(compiled) if self.cache is not None else None
+        fresh = compiled if shaped.placed is not None else _uncommitted(compiled)
+        if fresh is None:  # this jax's Compiled is not built as known: read its bytes back
+            data = self._serialize(compiled)
+            if data is not None and self.cache is not None:
+                self.cache.keep(key, data)
+            fresh = (self._deserialize(key, data, shaped) if data is not None else None) or compiled
+        elif self.cache is not None:
+            behind.later(functools.partial(self._keep, key, compiled))
+        return fast_call(fresh), "compiled"
+
+    def _keep(self, key: str, compiled: Any) -> None:
+        """Write ``compiled`` to the cache (on the writer thread, ``behind``)."""
+        data = self._serialize(compiled)
         if data is not None and self.cache is not None:
             self.cache.keep(key, data)
-        if shaped.placed is None:
-            fresh = _uncommitted(compiled)
-            if fresh is None:
-                data = data if data is not None else self._serialize(compiled)
-                fresh = self._deserialize(key, data, shaped) if data is not None else None
-            compiled = fresh or compiled
-        return fast_call(compiled), "compiled"
 
     def _deserialize(self, key: str, data: bytes, shaped: Shaped) -> Any:
         placed = shaped.placed

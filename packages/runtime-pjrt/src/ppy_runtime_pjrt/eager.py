@@ -26,7 +26,9 @@ from typing import Any
 
 from ppy.cache import ExecutableCache
 
-__all__ = ["install", "produced", "skip", "uninstall"]
+from ppy_runtime_pjrt import behind
+
+__all__ = ["install", "produced", "skip", "uninstall", "waiting"]
 
 #: The parameters of the call this module wraps, in order.
 _PARAMETERS = (
@@ -48,6 +50,7 @@ _MARK = "__ppy_eager__"
 _FORMAT = "ppy-eager 2"
 _cache: ExecutableCache | None = None
 _state = threading.local()
+_PLAIN = (type(None), bool, int, float, complex, str, bytes)
 
 
 class _Refused(Exception):
@@ -86,15 +89,16 @@ def uninstall() -> None:
         pjit._pjit_call_impl_python = call.__wrapped__  # type: ignore[union-attr]  # call implies pjit
 
 
-def produced(executable: Any, data: bytes) -> None:
-    """The compile-step cache loaded or compiled ``executable`` as ``data``.
+def waiting() -> bool:
+    """Whether a miss of this layer is compiling in this thread: what the
+    compile step makes is then kept here, under this layer's key."""
+    return bool(getattr(_state, "waiting", False))
 
-    An executable XLA:CPU loaded from bytes serializes again without its
-    code, so what is stored here reuses the bytes it came from rather than
-    serializing it anew.
-    """
-    if getattr(_state, "waiting", False):  # only while a miss here compiles
-        _state.produced = (executable, data)
+
+def produced(executable: Any) -> None:
+    """The compile step compiled ``executable`` for the miss this thread waits on."""
+    if waiting():
+        _state.produced = executable
 
 
 def _wrapped(original: Callable[..., Any], steps_aside: Callable[[], bool]) -> Callable[..., Any]:
@@ -121,10 +125,7 @@ def _wrapped(original: Callable[..., Any], steps_aside: Callable[[], bool]) -> C
         finally:
             made = _state.produced
             _state.waiting, _state.produced = False, None
-        try:
-            _store(cache, key, result, made)
-        except Exception as error:  # only a shortcut: the result stands
-            skip(name, error)
+        behind.later(functools.partial(_store, cache, key, name, result, made))
         return result
 
     setattr(_pjit_call_impl_python, _MARK, True)
@@ -200,10 +201,8 @@ def _key(
 
 def _config_text() -> str:
     """Every jax config value, as this thread sees the traced ones."""
-    import jax
     from jax._src import config, core
 
-    values = sorted(jax.config.values.items())
     traced = []
     for value in config.trace_context():
         if isinstance(value, core.AxisEnv):
@@ -211,7 +210,30 @@ def _config_text() -> str:
                 raise _Refused  # inside a named-axis context
             continue
         traced.append(_canon(value))
-    return _canon(values) + " " + " ".join(traced)
+    return _values_text() + " " + " ".join(traced)
+
+
+#: The last config values written out, as (name, type, value) each, and
+#: their text: the values rarely change between two eager ops.
+_last_values: tuple[tuple[tuple[str, type, Any], ...], str] | None = None
+_IMMUTABLE = (*_PLAIN, enum.Enum)
+
+
+def _values_text() -> str:
+    """``jax.config.values`` written out; the text of the last call again
+    while every value is the same immutable one (typed: ``1`` is not ``True``)."""
+    global _last_values
+    import jax
+
+    values = sorted(jax.config.values.items())
+    typed = tuple((name, type(value), value) for name, value in values)
+    last = _last_values
+    if last is not None and last[0] == typed:
+        return last[1]
+    text = _canon(values)
+    if all(isinstance(value, _IMMUTABLE) for _, value in values):
+        _last_values = (typed, text)
+    return text
 
 
 def _placement(arg: Any, device: Any) -> str:
@@ -315,9 +337,6 @@ def _layout(aval: Any) -> Any:
     return None if chosen is None or chosen is getattr(layout, "AutoLayout", None) else chosen
 
 
-_PLAIN = (type(None), bool, int, float, complex, str, bytes)
-
-
 def _canon(value: Any) -> str:
     """A text that differs whenever the value does; ``_Refused`` for a value
     that is not plain data (a callable, a jaxpr, an object of unknown state)."""
@@ -387,17 +406,15 @@ def _load(cache: ExecutableCache, key: str, device: Any, jaxpr: Any) -> Any:
         return None
 
 
-def _store(
-    cache: ExecutableCache, key: str, result: Any, produced: tuple[Any, bytes] | None
-) -> None:
-    """Keep what jax compiled, when the compile step gave its bytes and it
-    carries nothing a file cannot."""
+def _store(cache: ExecutableCache, key: str, name: str, result: Any, produced: Any) -> None:
+    """Keep what jax compiled, when the compile step handed it over and it
+    carries nothing a file cannot (on the writer thread, ``behind``)."""
     _, executable, profiler, const_args = result
     unloaded = getattr(executable, "_unloaded_executable", None)
     if (
         unloaded is None
         or produced is None
-        or produced[0] is not unloaded.xla_executable
+        or produced is not unloaded.xla_executable
         or profiler is not None
         or const_args
         or unloaded.host_callbacks
@@ -409,12 +426,13 @@ def _store(
         return
     try:
         with io.BytesIO() as file:
-            _pickler(file, *produced).dump(unloaded)
+            _pickler(file, produced, bytes(produced.serialize())).dump(unloaded)
             data = file.getvalue()
     except Exception as error:  # some executables do not serialize
-        skip(unloaded.name, error)
+        skip(name, error)
         return
-    cache.keep(key, data)
+    if cache.keep(key, data):
+        _log().debug("cache.unstaged", computation=name, source="compiled", lowered=True)
 
 
 def _pickler(file: io.BytesIO, executable: Any, data: bytes) -> Any:

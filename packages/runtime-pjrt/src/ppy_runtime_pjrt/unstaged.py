@@ -26,7 +26,7 @@ from typing import Any
 
 from ppy.cache import ExecutableCache
 
-from ppy_runtime_pjrt import eager
+from ppy_runtime_pjrt import behind, eager
 
 __all__ = ["ENV", "install", "staging", "uninstall"]
 
@@ -103,8 +103,10 @@ def install(cache: ExecutableCache) -> bool:
 
 
 def uninstall() -> None:
-    """Give jax its own compile step back (when the program has ended)."""
+    """Give jax its own compile step back (when the program has ended), once
+    every executable queued for the cache is written."""
     global _cache
+    behind.drain()
     _cache = None
     eager.uninstall()
     import sys
@@ -168,6 +170,10 @@ def _wrapped(original: Callable[..., Any]) -> Callable[..., Any]:
             or len({d.process_index for d in devices.flat}) > 1
         ):
             return compile_()
+        if eager.waiting():  # the layer in front keeps this one under its own key
+            executable = compile_()
+            eager.produced(executable)
+            return executable
         name = _name(computation)
         try:
             key = _key(computation, devices, compile_options, backend)
@@ -184,13 +190,9 @@ def _wrapped(original: Callable[..., Any]) -> Callable[..., Any]:
                 cache.discard(key, error)
             else:
                 _log().debug("cache.unstaged", computation=name, source="cache", lowered=True)
-                eager.produced(executable, data)
                 return executable
         executable = compile_()
-        data = _store(cache, key, name, executable, backend)
-        if data is not None:
-            _log().debug("cache.unstaged", computation=name, source="compiled", lowered=True)
-            eager.produced(executable, data)
+        behind.later(functools.partial(_store, cache, key, name, executable, backend))
         return executable
 
     setattr(compile_or_get_cached, _MARK, True)
@@ -213,15 +215,13 @@ def _name(computation: Any) -> str:
         return "?"
 
 
-def _store(
-    cache: ExecutableCache, key: str, name: str, executable: Any, backend: Any
-) -> bytes | None:
-    """The executable's bytes, once they are in the cache."""
+def _store(cache: ExecutableCache, key: str, name: str, executable: Any, backend: Any) -> None:
+    """Keep the executable jax compiled (on the writer thread, ``behind``)."""
     try:
         serialize = getattr(executable, "serialize", None)
         data = serialize() if serialize is not None else backend.serialize_executable(executable)
     except Exception as error:  # some executables (host callbacks, ...) do not serialize
         eager.skip(name, error)
-        return None
-    data = bytes(data)
-    return data if cache.keep(key, data) else None
+        return
+    if cache.keep(key, bytes(data)):
+        _log().debug("cache.unstaged", computation=name, source="compiled", lowered=True)
