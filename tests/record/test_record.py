@@ -651,3 +651,45 @@ def test_a_jit_made_as_the_program_runs_leaves_jax_to_the_programs_import(
     compared = differential(root, cache=cache, quiet_stderr=None)
     assert compared.python.stdout == "float64\n"
     assert compared.bound() == {"double"}
+
+
+SURFACE = """
+import jax
+import jax.numpy as jnp
+
+
+@jax.jit
+def score(x):
+    \"\"\"The row sums.\"\"\"
+    return jnp.sum(x, axis=-1)
+
+
+x = jnp.ones((2, 4))
+print(score.__name__, score.__qualname__, score.__doc__, score.__module__)
+print(score.__wrapped__.__name__, type(score.__wrapped__).__name__)
+print(score.lower(x).as_text() == jax.jit(score.__wrapped__).lower(x).as_text())
+print(score.eval_shape(x))
+print(score(x), score(x))
+print(type(score).__name__, isinstance(score, type(jax.jit(abs))))
+print(score._cache_size())
+score.clear_cache()
+print(score._cache_size(), score(jnp.ones((3, 4))), score._cache_size())
+"""
+
+
+def test_a_recorded_function_answers_as_jit_s_own(tmp_path: Path) -> None:
+    """Under ``ppy record`` a jitted function is still jit's own kind of
+    object: its type, its cache and what it wraps answer as under python."""
+    root = _project(tmp_path, SURFACE)
+    plain = subprocess.run(
+        [sys.executable, "model.ppy"], cwd=root, capture_output=True, text=True, check=False
+    )
+    recorded = _ppy(root, tmp_path / "cache", "record", "model.ppy")
+    assert (recorded.stdout, recorded.stderr, recorded.returncode) == (
+        plain.stdout,
+        plain.stderr,
+        plain.returncode,
+    )
+    assert "PjitFunction True" in plain.stdout
+    score = _file(root)["functions"]["model.score"]
+    assert score["calls"] == 3 and score["description"] == {"x": "float32[B,4]"}

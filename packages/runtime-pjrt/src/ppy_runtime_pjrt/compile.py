@@ -38,7 +38,7 @@ from ppy_runtime_pjrt import behind, pickled, unstaged
 from ppy_runtime_pjrt.guard import Signature
 from ppy_runtime_pjrt.placement import Placed
 
-__all__ = ["CompileRefused", "Executables", "Shaped", "dispatcher", "fast_call"]
+__all__ = ["CompileRefused", "Executables", "Shaped", "fast_call"]
 
 
 class CompileRefused(Exception):
@@ -67,44 +67,6 @@ def fast_call(compiled: Any) -> Callable[..., Any]:
         return compiled  # type: ignore[no-any-return]
     call = make(params)
     return compiled if call is None else call  # type: ignore[no-any-return]
-
-
-def dispatcher(
-    name: str,
-    function: Callable[..., Any],
-    miss: Callable[..., Any],
-    static_argnums: Sequence[int] = (),
-    static_argnames: Sequence[str] = (),
-) -> Callable[..., Any] | None:
-    """jax's C++ dispatch for a function of ppy's, or None where this jax has none.
-
-    It is what ``jax.jit`` and ``Compiled`` calls go through: a cache of
-    executables keyed by each argument's pytree structure, type, shape,
-    dtype, weak type, sharding and commitment, by the static arguments'
-    values and by jax's trace context, filled by what
-    ``miss(*args, **kwargs)`` answers on a miss (outputs, the fast-path data
-    of the executable that computed them or None to cache nothing, False).
-    Static arguments are left out of what the executable is given, as jit
-    leaves them out. Under ``jax.disable_jit`` it calls ``function``, as
-    jit does.
-    """
-    try:
-        from jax._src import tree_util
-        from jax._src.interpreters import pxla
-        from jax._src.lib import _jax  # type: ignore[attr-defined]  # private: jit's C++ dispatcher
-
-        return _jax.pjit(  # type: ignore[no-any-return]
-            name,
-            function,
-            miss,
-            list(static_argnums),
-            list(static_argnames),
-            pxla.JitGlobalCppCacheKeys(),
-            tree_util.dispatch_registry,
-            pxla.cc_shard_arg,
-        )
-    except (ImportError, AttributeError, TypeError):
-        return None
 
 
 def _versions() -> tuple[tuple[str, str], ...]:

@@ -30,7 +30,7 @@ from ppy.kinds.fingerprint import Unreadable, python_function
 from ppy.kinds.jax_compat import outside_window
 from ppy.kinds.jax_export import JaxExport, Variant
 from ppy.kinds.pytrees import Unrebuildable, rebuild, structure
-from ppy.runtime import ORIGINAL, ManagedRuntime, NotBound
+from ppy.runtime import ManagedRuntime, NotBound
 
 from ppy_runtime_pjrt import unstaged
 from ppy_runtime_pjrt.calls import Bound, Calls
@@ -164,7 +164,7 @@ class StagedFunction:
     """The state behind one bound function: its variants, conditions, executables and stats.
 
     What is bound in the original's place is ``StagedFunction.callable()``:
-    a dispatcher of jax's own (``compile.dispatcher``), the C++ function a
+    a dispatcher of jax's own (``ppy.run.dispatch``), the C++ function a
     jitted call goes through, with ``miss`` as what it calls for any call it
     has not cached. jax keys that cache by each argument's pytree structure,
     type, shape, dtype, weak type, sharding and commitment, by the static
@@ -211,7 +211,7 @@ class StagedFunction:
 
     def callable(self) -> Callable[..., Any]:
         """The function to bind in the original's place."""
-        from ppy_runtime_pjrt.compile import dispatcher
+        from ppy.run.dispatch import dispatcher, dress
 
         function = python_function(self.original) or self.original
         # Under jax.disable_jit the dispatcher calls ``function``, as jit does.
@@ -230,19 +230,12 @@ class StagedFunction:
         self._dispatcher = bound
 
         self._logged = _verbose()
-        functools.update_wrapper(bound, self.original)
-        # As jax's own: ``score.__wrapped__`` is the Python function jit wraps.
+        dress(bound, self.original, function)
         # (mypy does not let attributes be set on a function: the ignores below.)
-        bound.__wrapped__ = function  # type: ignore[attr-defined]
-        for name in _FORWARDED:
-            value = getattr(self.original, name, None)
-            if value is not None:
-                setattr(bound, name, value)
         if callable(getattr(self.original, "clear_cache", None)):
             bound.clear_cache = self.clear_cache  # type: ignore[attr-defined]
         bound.ppy_stats = self.stats  # type: ignore[attr-defined]
         bound.ppy_staged = self  # type: ignore[attr-defined]
-        setattr(bound, ORIGINAL, self.original)
         return bound
 
     def clear_cache(self) -> None:
@@ -456,9 +449,6 @@ def _shape_of(leaf: Any, *, mesh: Any = None) -> Any:
 #: What a jitted function offers besides being called; the bound function
 #: forwards them so that ``score.lower(x)`` keeps working under ``ppy run``.
 #: (``clear_cache`` is ``StagedFunction.clear_cache``: it clears ppy's too.)
-_FORWARDED = ("lower", "trace", "eval_shape")
-
-
 def _jaxlib_version() -> str:
     from jaxlib import version
 

@@ -104,9 +104,10 @@ class Recorder:
         counter = self.seen.setdefault(name, Counter())
         code = getattr(python, "__code__", None)  # None: a partial or a transform of one
         made = python if code is not None and code.co_freevars else None
-        return _Recorded(
-            original, positional, function.static, self.main, counter, self.skipped, made
+        notes = _Notes(
+            _name(original), positional, function.static, self.main, counter, self.skipped, made
         )
+        return _recorded(original, notes)
 
     def signatures(self) -> Signatures:
         """This run's calls as a file's content (one run)."""
@@ -121,26 +122,42 @@ class Recorder:
         return found
 
 
-class _Recorded:
-    """A jitted function that notes each call's signature, then makes the call.
+def _recorded(original: Any, notes: _Notes) -> Any:
+    """``original`` as jit's own kind of object (``ppy.run.dispatch``),
+    noting each call's signature before making it.
 
-    Everything else (``lower``, ``trace``, ``__wrapped__``, its repr) is the
-    jitted function's own.
+    The dispatcher caches nothing, so every call comes to ``miss`` and is
+    counted; the call itself is the jitted function's, on its own fast path
+    once it has traced. ``_cache_size`` and ``clear_cache`` are the jitted
+    function's own.
     """
+    from ppy.kinds.fingerprint import python_function
+    from ppy.run.dispatch import dispatcher, dress
 
-    __slots__ = (
-        "__ppy_original__",
-        "_counter",
-        "_made",
-        "_main",
-        "_positional",
-        "_skipped",
-        "_static",
-    )
+    def miss(*args: Any, **kwargs: Any) -> tuple[Any, None, bool]:
+        notes(args, kwargs)
+        return original(*args, **kwargs), None, False
+
+    function = python_function(original) or original
+    static = [i for i, name in enumerate(notes.positional) if name in notes.static]
+    made = dispatcher(notes.name, function, miss, static, sorted(notes.static))
+    if made is None:  # a jax without the dispatcher: a Python function in its place
+
+        def made(*args: Any, **kwargs: Any) -> Any:
+            return miss(*args, **kwargs)[0]
+
+    dress(made, original, function, "_cache_size", "clear_cache")
+    return made
+
+
+class _Notes:
+    """Notes the abstract signature of each call of one jitted function."""
+
+    __slots__ = ("_counter", "_made", "_main", "_skipped", "name", "positional", "static")
 
     def __init__(
         self,
-        original: Any,
+        name: str,
         positional: tuple[str, ...],
         static: frozenset[str],
         main: str,
@@ -148,32 +165,25 @@ class _Recorded:
         skipped: Counter[tuple[str, str]],
         made: Any = None,
     ) -> None:
-        self.__ppy_original__ = original
+        self.name = name
         #: The Python function, where it reads variables of the function around it.
         self._made = made
-        self._positional = positional
-        self._static = static
+        self.positional = positional
+        self.static = static
         self._main = main
         self._counter = counter
         self._skipped = skipped
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         try:
-            inputs = _inputs(self._positional, self._static, self._main, args, kwargs)
+            inputs = _inputs(self.positional, self.static, self._main, args, kwargs)
             if self._made is not None:
                 inputs.update(_closure(self._made, self._main))
             self._counter[json.dumps(inputs, sort_keys=True, separators=(",", ":"))] += 1
         except _Traced:
             pass  # inside another function's trace: inlined there, never a call of its own
         except Unrecordable as why:
-            self._skipped[(_name(self.__ppy_original__), str(why))] += 1
-        return self.__ppy_original__(*args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.__ppy_original__, name)
-
-    def __repr__(self) -> str:
-        return repr(self.__ppy_original__)
+            self._skipped[(self.name, str(why))] += 1
 
 
 class Unrecordable(Exception):

@@ -1,0 +1,73 @@
+"""jax's own C++ dispatch for a function of ppy's, dressed as jit dresses its own.
+
+What ``ppy run`` binds in a staged function's place, and what ``ppy record``
+wraps a jitted function in, is a ``PjitFunction``: the object ``jax.jit``
+returns, made by jaxlib with a miss of ppy's. A program that asks what it
+holds (``type(f)``, ``isinstance(f, type(jax.jit(g)))``, ``f.__doc__``,
+``f.lower``) gets jit's answers. jax is imported only when one is made.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ppy.runtime import ORIGINAL
+
+__all__ = ["dispatcher", "dress"]
+
+#: What a jitted function answers itself, and a function made here forwards to it.
+_FORWARDED = ("lower", "trace", "eval_shape")
+
+
+def dispatcher(
+    name: str,
+    function: Callable[..., Any],
+    miss: Callable[..., Any],
+    static_argnums: Sequence[int] = (),
+    static_argnames: Sequence[str] = (),
+) -> Callable[..., Any] | None:
+    """jax's C++ dispatch for a function of ppy's, or None where this jax has none.
+
+    It is what ``jax.jit`` and ``Compiled`` calls go through: a cache of
+    executables keyed by each argument's pytree structure, type, shape,
+    dtype, weak type, sharding and commitment, by the static arguments'
+    values and by jax's trace context, filled by what
+    ``miss(*args, **kwargs)`` answers on a miss (outputs, the fast-path data
+    of the executable that computed them or None to cache nothing, False).
+    Static arguments are left out of what the executable is given, as jit
+    leaves them out. Under ``jax.disable_jit`` it calls ``function``, as
+    jit does.
+    """
+    try:
+        from jax._src import tree_util
+        from jax._src.interpreters import pxla
+        from jax._src.lib import _jax  # type: ignore[attr-defined]  # private: jit's C++ dispatcher
+
+        return _jax.pjit(  # type: ignore[no-any-return]
+            name,
+            function,
+            miss,
+            list(static_argnums),
+            list(static_argnames),
+            pxla.JitGlobalCppCacheKeys(),
+            tree_util.dispatch_registry,
+            pxla.cc_shard_arg,
+        )
+    except (ImportError, AttributeError, TypeError):
+        return None
+
+
+def dress(bound: Any, original: Any, function: Callable[..., Any], *extra: str) -> None:
+    """Give ``bound`` what the jitted ``original`` shows of itself: its name,
+    doc and module, ``__wrapped__`` (``function``, the Python function jit
+    wraps), ``lower``, ``trace`` and ``eval_shape``, and the ``extra``
+    attributes named; and keep ``original`` as ``ppy.runtime.ORIGINAL``."""
+    functools.update_wrapper(bound, original)
+    bound.__wrapped__ = function
+    for name in (*_FORWARDED, *extra):
+        value = getattr(original, name, None)
+        if value is not None:
+            setattr(bound, name, value)
+    setattr(bound, ORIGINAL, original)
