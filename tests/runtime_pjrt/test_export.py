@@ -4,6 +4,10 @@ it falls back and why, and when it refuses to bind at all."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import jax
@@ -288,6 +292,37 @@ def test_executables_are_cached_and_a_damaged_one_rebuilt(score_entry, cache_dir
     assert [e["event"] for e in events] == ["cache.corrupt", "cache.write"]
     assert list(third.ppy_stats.executables.values()) == ["compiled"]
     assert ExecutableCache().get(path.stem) is not None
+
+
+def test_a_process_that_never_closes_the_runtime_still_writes_its_executable(
+    cache_dir: Path,
+) -> None:
+    """ppy used as a library: a script binds and calls, and exits without
+    closing the runtime; what was queued for the cache is written at exit."""
+    driver = textwrap.dedent(
+        """
+        import os
+        from tests.runtime_pjrt.test_export import BATCH, score
+        from tests.runtime_pjrt.exports import make_entry
+        from ppy_runtime_pjrt.export import ExportRuntime
+        import jax.numpy as jnp
+
+        bound = ExportRuntime().bind(make_entry(score, BATCH), score)
+        print(bound(jnp.ones((3, 4), jnp.float32)))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", driver],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PPY_CACHE_DIR": str(cache_dir)},
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert ExecutableCache().stats()[0] == 1
+    assert not list(cache_dir.glob(".tmp-*"))
 
 
 def test_an_entry_breaking_the_contract_is_not_bound_and_says_which_field(score_entry) -> None:

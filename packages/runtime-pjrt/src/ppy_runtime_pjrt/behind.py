@@ -13,15 +13,16 @@ writes to stderr.
 Nothing the program sees depends on a write: it already holds the
 executable it compiled, and the bytes only serve a later process. So the
 program's end waits for the queue (``drain``, called when the runtime
-closes), and every entry is on disk before the process exits, as it was
-when the writes were inline. A fork waits for the queue first, so a child
-never inherits a write half done, and starts a writer of its own if it
-writes. A write that fails is logged and dropped: the next run compiles
-that computation again.
+closes, or at exit where nothing closes it), and every entry is on disk
+before the process exits, as it was when the writes were inline. A fork
+waits for the queue first, so a child never inherits a write half done, and
+starts a writer of its own if it writes. A write that fails is logged and
+dropped: the next run compiles that computation again.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import queue
 import threading
@@ -90,3 +91,4 @@ def _work(pending: queue.Queue[Callable[[], None]]) -> None:
 
 
 os.register_at_fork(before=drain)
+atexit.register(drain)  # where no runtime closes: ppy used as a library
