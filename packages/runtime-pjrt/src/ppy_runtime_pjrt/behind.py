@@ -37,6 +37,9 @@ _lock = threading.Lock()
 #: forked child finds another pid here and starts its own.
 _queue: queue.Queue[Callable[[], None]] | None = None
 _owner = -1
+#: What the writer logged, held until ``drain`` shows it from the thread
+#: that runs the program (``ppy.log.holding``).
+_said: list[Held] = []
 
 
 def later(write: Callable[[], None]) -> None:
@@ -65,11 +68,6 @@ def drain() -> None:
         from ppy.log import show
 
         show(said)
-
-
-#: What the writer logged, held until ``drain`` shows it from the thread
-#: that runs the program (``ppy.log.holding``).
-_said: list[Held] = []
 
 
 def _work(pending: queue.Queue[Callable[[], None]]) -> None:
