@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
-__all__ = ["SIZES", "Comparison", "comparisons", "specialized"]
+__all__ = ["SIZES", "Comparison", "comparisons", "specialized", "symbols"]
 
 #: The sizes each symbolic dim is checked at: the smallest, a few small ones
 #: (where code special-cases 1, or takes x[:2]) and a larger one.
@@ -53,7 +53,8 @@ def _sample(rng: Any, shape: tuple[int, ...], dtype: Any) -> Any:
     return rng.standard_normal(shape).astype(dtype)
 
 
-def _sizes(exported: Any) -> list[str]:
+def symbols(exported: Any) -> list[str]:
+    """The names of the export's symbolic dims, sorted."""
     names: set[str] = set()
     for aval in exported.in_avals:
         for dim in aval.shape:
@@ -90,7 +91,7 @@ def specialized(
     and how; None when they agree at every size tried (or have no symbol)."""
     import numpy as np
 
-    names = _sizes(exported)
+    names = symbols(exported)
     rng = np.random.default_rng(seed)
     for turn in range(len(SIZES)):
         sizes = {name: SIZES[(turn + i) % len(SIZES)] for i, name in enumerate(names)}

@@ -33,7 +33,7 @@ import json
 import os
 import sys
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, Final
 
@@ -148,13 +148,7 @@ class _Flat:
         import jax
 
         def flat(*leaves: Any) -> Any:
-            trees = jax.tree_util.tree_unflatten(self.in_tree, leaves)
-            values = dict(zip(self.names, trees, strict=True))
-            values.update(static)
-            args = [values[p["name"]] for p in self.params if p["kind"] == "positional"]
-            kwargs = {
-                p["name"]: values[p["name"]] for p in self.params if p["kind"] != "positional"
-            }
+            args, kwargs = self.call(static, leaves)
             out_leaves, out_tree = jax.tree_util.tree_flatten(self.fn(*args, **kwargs))
             self.out_trees.append(out_tree)
             return out_leaves
@@ -163,6 +157,32 @@ class _Flat:
         if out_shardings is None:
             return jax.jit(wrapped)
         return jax.jit(wrapped, out_shardings=out_shardings)
+
+    def call(
+        self, static: Mapping[str, Any], leaves: Sequence[Any]
+    ) -> tuple[list[Any], dict[str, Any]]:
+        """The arguments of a call of the function with these leaves and static values."""
+        import jax
+
+        trees = jax.tree_util.tree_unflatten(self.in_tree, leaves)
+        values = dict(zip(self.names, trees, strict=True))
+        values.update(static)
+        args = [values[p["name"]] for p in self.params if p["kind"] == "positional"]
+        kwargs = {p["name"]: values[p["name"]] for p in self.params if p["kind"] != "positional"}
+        return args, kwargs
+
+    def lowered(self, static: Mapping[str, Any], leaves: Sequence[Any]) -> Any:
+        """The jitted function lowered for a call of these leaves, as the program
+        calls it: its own jit where it has one, else jit with its static
+        parameters (a function the program jits where it makes it)."""
+        import jax
+
+        jitted = self.fn
+        if not callable(getattr(jitted, "lower", None)):
+            names = [p["name"] for p in self.params if p["static"]]
+            jitted = jax.jit(self.fn, static_argnames=names)
+        args, kwargs = self.call(static, leaves)
+        return jitted.lower(*args, **kwargs)
 
 
 def _leaf_specs(
@@ -533,6 +553,7 @@ def _variant(
             f"at {at}{where}, {why}: the export does not serve every size its description claims",
             deliberate=True,
         )
+    _compiles_as_jit(flat, static, exported, inputs.leaves, where)
     try:
         out_recipe = recipe(out_tree, inputs.tree)
     except Unrebuildable as error:
@@ -559,6 +580,35 @@ def _variant(
         weak_outputs=tuple(i for i, a in enumerate(exported.out_avals) if a.weak_type),
     )
     return variant, tuple(exported.platforms)
+
+
+def _compiles_as_jit(
+    flat: _Flat, static: dict[str, Any], exported: Any, leaves: Sequence[Any], where: str
+) -> None:
+    """Refuse an export with symbolic dims that XLA, given sizes, compiles to
+    another program than jit's (``ppy_plugin_jax.refinement``)."""
+    from ppy_plugin_jax.refinement import Uncompared, diverges
+
+    try:
+        sizes = diverges(lambda sized: flat.lowered(static, sized), exported, leaves)
+    except Uncompared as error:
+        raise _Refusal(
+            "refinement",
+            f"{error}{where}, so ppy cannot check that the export computes what jit does",
+            deliberate=True,
+            remedy="give the dims fixed sizes",
+        ) from None
+    if sizes is not None:
+        at = ", ".join(f"{name}={size}" for name, size in sizes.items())
+        raise _Refusal(
+            "refinement",
+            f"at {at}{where}, XLA compiles the export to another program than the jitted "
+            "function: jax inlines the functions it calls (jnp.linspace, nested jits) "
+            "before XLA sees them, and XLA folds their constants otherwise, so results "
+            "can differ in the last bits",
+            deliberate=True,
+            remedy="give the dims fixed sizes, which are compiled as jit compiles them",
+        )
 
 
 def _out_named(exported: Any) -> tuple[Any, ...]:
