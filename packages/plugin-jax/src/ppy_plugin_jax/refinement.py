@@ -48,6 +48,8 @@ _VALUE: Final = re.compile(r"\btmp_\d+\b")
 _OWN: Final = re.compile(r"^  (?:ROOT )?tmp_")
 #: A parameter of the entry computation: its name and number.
 _PARAMETER: Final = re.compile(r"^  (tmp_\d+) = \S+ parameter\((\d+)\)")
+#: A scalar or array constant of the entry computation: its name and what it is.
+_CONSTANT: Final = re.compile(r"^  (tmp_\d+) = (\S+ constant\(.*\))$")
 
 
 def _options() -> Any:
@@ -78,22 +80,27 @@ def _program(compiled: Any, options: Any) -> str:
     if not found:
         return text
     body, end, rest = entry.partition("\n}")
-    return f"{head}{found}{_read_parameters(body)}{end}{rest}"
+    return f"{head}{found}{_entry(body)}{end}{rest}"
 
 
-def _read_parameters(entry: str) -> str:
+def _entry(entry: str) -> str:
     """The entry computation ``entry`` less the parameters it never reads,
-    the others numbered in order, its values named in order.
+    the others numbered in order, each constant written where it is used,
+    and its other values named in order.
 
     jit leaves out of its module an input the function never reads
     (``keep_unused=False``); an export takes every input it declares. An
-    unread parameter is no part of what is computed.
+    unread parameter is no part of what is computed, and neither is the
+    place in the schedule of a constant, which two lowerings order apart.
     """
     lines = entry.splitlines()
     own = "\n".join(line for line in lines if _OWN.match(line))
+    constants = {m.group(1): f"<{m.group(2)}>" for m in map(_CONSTANT.match, lines) if m}
     kept: list[str] = []
     numbers: dict[str, int] = {}
     for line in lines:
+        if _CONSTANT.match(line):
+            continue
         parameter = _PARAMETER.match(line)
         if parameter is not None:
             value, number = parameter.groups()
@@ -112,6 +119,7 @@ def _read_parameters(entry: str) -> str:
     # an instruction names its values apart, and keeps those names.
     defined = [_VALUE.search(line) for line in kept if _OWN.match(line)]
     renamed = {match.group(0): f"v{i}" for i, match in enumerate(defined) if match is not None}
+    renamed.update(constants)
     return "\n".join(
         _VALUE.sub(lambda match: renamed.get(match.group(0), match.group(0)), line)
         if _OWN.match(line)
