@@ -1,4 +1,4 @@
-"""structlog, configured once by the CLI and imported only when an event is shown.
+"""structlog, configured once by the CLI and imported only when an event needs it.
 
 Events go to stderr, because stdout belongs to the program under ``ppy run``
 and to the build lines under ``ppy build``. By default only warnings show;
@@ -8,7 +8,9 @@ event for machines.
 
 ``get_logger`` returns a small proxy that checks the level itself: importing
 structlog costs about 0.1 s, which a ``ppy run`` that has nothing to say
-should not pay at start-up.
+should not pay at start-up. A console event of plain values is printed as
+structlog's console renderer prints it without importing it (``_plain``),
+so one that has a warning to give does not pay it either.
 """
 
 from __future__ import annotations
@@ -81,6 +83,44 @@ def _structlog() -> Any:
     return _logger
 
 
+#: The values ``_plain`` writes as structlog's console renderer does: by ``repr``.
+_LITERALS = (str, int, float, bool, type(None))
+#: What makes the console renderer quote a string.
+_QUOTED = frozenset(" \t=\r\n\"'")
+#: The keys structlog's renderers treat apart (tracebacks, stacks).
+_SPECIAL = frozenset({"exception", "exc_info", "stack", "stack_info", "timestamp", "logger"})
+#: The widest level name: structlog pads each to it.
+_LEVEL_WIDTH = len("exception")
+
+
+def _plain(method: str, event: str, fields: dict[str, Any]) -> str | None:
+    """The line structlog's console renderer prints for this event, where the
+    command's output is plain console text; None where structlog must render
+    it (JSON, colours, a library's configuration, a traceback).
+
+    Importing structlog costs about 26 ms after jax, which a ``ppy run``
+    that has one warning to give, such as ``run.nothing_staged``, would
+    otherwise pay on every run. The line is the same
+    (``tests/core/test_log.py`` compares them).
+    """
+    if not _settings["cli"] or _settings["format"] != "console" or _colors(sys.stderr):
+        return None
+    if not fields.keys().isdisjoint(_SPECIAL):
+        return None
+    if not all(type(value) in _LITERALS for value in fields.values()):
+        return None
+    pairs = "".join(f" {key}={_shown(value)}" for key, value in sorted(fields.items()))
+    return f"[{method.ljust(_LEVEL_WIDTH)}] {event}{pairs}"
+
+
+def _shown(value: Any) -> str:
+    """A value as the console renderer shows it: a string as it is unless a
+    space, a quote, ``=`` or a line break would make it ambiguous."""
+    if isinstance(value, str) and _QUOTED.isdisjoint(value):
+        return value
+    return repr(value)
+
+
 #: Per thread: where its events are held instead of shown (``holding``).
 _held = threading.local()
 
@@ -102,6 +142,15 @@ def holding(into: list[Held]) -> None:
 def show(events: list[Held]) -> None:
     """Show events another thread held, in the order it held them."""
     for method, event, fields in events:
+        _write(method, event, fields)
+
+
+def _write(method: str, event: str, fields: dict[str, Any]) -> None:
+    """Print one event: the plain line where it says it all, else through structlog."""
+    line = _plain(method, event, fields) if _logger is None else None
+    if line is not None:
+        print(line, file=sys.stderr, flush=True)
+    else:
         getattr(_structlog(), method)(event, **fields)
 
 
@@ -116,7 +165,7 @@ class _Logger:
             if held is not None:
                 held.append((method, event, fields))
             else:
-                getattr(_structlog(), method)(event, **fields)
+                _write(method, event, fields)
 
     def debug(self, event: str, **fields: Any) -> None:
         self._emit(logging.DEBUG, "debug", event, fields)
