@@ -83,6 +83,22 @@ allow-build-export = true
 
 
 @pytest.fixture
+def own_logging() -> Iterator[None]:
+    """For a test that configures logging for the whole process, as a command
+    does: put it back, so the tests that run next in this process capture
+    their events as before."""
+    import structlog
+    from ppy import log
+
+    settings, logger, config = dict(log._settings), log._logger, structlog.get_config()
+    yield
+    log._settings.clear()
+    log._settings.update(settings)
+    log._logger = logger
+    structlog.configure(**config)
+
+
+@pytest.fixture
 def make_project(tmp_path: Path) -> Callable[..., Path]:
     """Write ``files`` (relative path -> text, dedented) under a fresh folder.
 

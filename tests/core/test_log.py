@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,15 +23,8 @@ EVENTS: list[tuple[str, str, dict[str, Any]]] = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _own_logging() -> Iterator[None]:
-    """Configure logging as a command does, then put it back."""
-    settings, logger, config = dict(log._settings), log._logger, structlog.get_config()
-    yield
-    log._settings.clear()
-    log._settings.update(settings)
-    log._logger = logger
-    structlog.configure(**config)
+#: Each test configures logging as a command does.
+pytestmark = pytest.mark.usefixtures("own_logging")
 
 
 def _structlog_line(method: str, event: str, fields: dict[str, Any]) -> str:

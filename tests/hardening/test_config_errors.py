@@ -9,7 +9,6 @@ escaped it would fail the test with its traceback.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -170,19 +169,8 @@ WHOLE = {"not UTF-8", "tool is not a table"}
 COMMANDS = ("build", "run")
 
 
-@pytest.fixture(autouse=True)
-def _own_logging() -> Iterator[None]:
-    """``main`` configures logging for the whole process, as a command does; put it back,
-    so the tests that run next in this process capture their events as before."""
-    import structlog
-    from ppy import log
-
-    settings, logger, config = dict(log._settings), log._logger, structlog.get_config()
-    yield
-    log._settings.clear()
-    log._settings.update(settings)
-    log._logger = logger
-    structlog.configure(**config)
+#: ``main`` configures logging for the whole process, as a command does.
+pytestmark = pytest.mark.usefixtures("own_logging")
 
 
 @pytest.mark.parametrize("command", COMMANDS)
