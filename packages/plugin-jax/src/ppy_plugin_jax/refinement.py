@@ -150,6 +150,16 @@ def _sized(
     return sized
 
 
+def _compiled(first: Any, second: Any) -> tuple[Any, Any]:
+    """Both lowerings compiled, side by side: XLA lets go of the GIL while it
+    compiles, so the check costs the build about one compile, not two."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        other = pool.submit(second.compile)
+        return first.compile(), other.result()
+
+
 def _mesh(leaves: Sequence[Any]) -> Any:
     """A mesh of this process's devices for the leaves' abstract one; None
     where they are laid out over none, False where this process has too
@@ -202,9 +212,8 @@ def diverges(
         if sized is None:
             continue
         try:
-            theirs = _program(served.lower(*sized).compile(), options)
-            ours = _program(jitted(sized).compile(), options)
+            theirs, ours = _compiled(served.lower(*sized), jitted(sized))
         except Exception:  # a constraint of the export, or sizes jit refuses
             continue
-        return None if theirs == ours else sizes
+        return None if _program(theirs, options) == _program(ours, options) else sizes
     raise Uncompared(f"none of the sizes {', '.join(map(str, PROBES))} compiles for both")
