@@ -25,7 +25,8 @@ from ppy.cli.main import main
 from ppy.config import ALLOWED_KEYS
 from ppy_plugin_jax.plugin import SETTINGS as JAX_SETTINGS
 
-from tests.hardening.test_config_errors import _own_logging  # noqa: F401 - autouse: applies here
+#: ``main`` configures logging for the whole process, as a command does.
+pytestmark = pytest.mark.usefixtures("own_logging")
 
 #: ``table.key`` for every key ppy's own table and the jax plugin's read.
 KEYS = [f"tool.ppy.{k}" for k in ALLOWED_KEYS] + [f"tool.ppy.plugins.jax.{k}" for k in JAX_SETTINGS]
