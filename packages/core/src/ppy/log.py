@@ -83,7 +83,7 @@ def _structlog() -> Any:
     return _logger
 
 
-#: The values ``_plain`` writes as structlog's console renderer does: by ``repr``.
+#: The types of value ``_plain`` writes as structlog's console renderer does (``_shown``).
 _LITERALS = (str, int, float, bool, type(None))
 #: What makes the console renderer quote a string.
 _QUOTED = frozenset(" \t=\r\n\"'")

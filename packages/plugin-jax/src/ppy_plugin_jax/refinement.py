@@ -53,13 +53,13 @@ _CONSTANT: Final = re.compile(r"^  (tmp_\d+) = (\S+ constant\(.*\))$")
 
 
 def _options() -> Any:
-    """How ``_program`` prints: canonical names, no metadata, constants in full."""
+    """How ``_program`` prints: canonical value names, no metadata, constants
+    in full (computations keep their names: ``_program`` renames them)."""
     try:
         from jaxlib import _hlo  # type: ignore[attr-defined]  # jaxlib ships no stub for it
     except ImportError:
         raise Uncompared("this jaxlib cannot print a compiled program") from None
     options = _hlo.HloPrintOptions.canonical()
-    options.canonicalize_computations = True
     options.print_large_constants = True
     return options
 

@@ -446,9 +446,6 @@ def _shape_of(leaf: Any, *, mesh: Any = None) -> Any:
     return leaf
 
 
-#: What a jitted function offers besides being called; the bound function
-#: forwards them so that ``score.lower(x)`` keeps working under ``ppy run``.
-#: (``clear_cache`` is ``StagedFunction.clear_cache``: it clears ppy's too.)
 def _jaxlib_version() -> str:
     from jaxlib import version
 
