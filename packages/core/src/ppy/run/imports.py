@@ -22,18 +22,25 @@ from typing import Any
 __all__ = ["after_import"]
 
 
-def after_import(name: str, callback: Callable[[], None]) -> None:
-    """Call ``callback`` once ``name`` is imported; at once if it already is."""
+def after_import(
+    name: str, callback: Callable[[], None], *, before: Callable[[], None] | None = None
+) -> None:
+    """Call ``callback`` once ``name`` is imported; at once if it already is.
+    ``before``, if given, is called as that import begins, before the module's
+    code runs (and not at all where the module is imported already)."""
     if name in sys.modules:
         callback()
         return
-    sys.meta_path.insert(0, _Finder(name, callback))
+    sys.meta_path.insert(0, _Finder(name, callback, before))
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    def __init__(self, name: str, callback: Callable[[], None]) -> None:
+    def __init__(
+        self, name: str, callback: Callable[[], None], before: Callable[[], None] | None
+    ) -> None:
         self.name = name
         self.callback = callback
+        self.before = before
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
@@ -41,6 +48,8 @@ class _Finder(importlib.abc.MetaPathFinder):
         if fullname != self.name:
             return None
         sys.meta_path.remove(self)
+        if self.before is not None:
+            self.before()
         spec: importlib.machinery.ModuleSpec | None = None
         for finder in sys.meta_path:
             find = getattr(finder, "find_spec", None)

@@ -45,6 +45,7 @@ def launch(
     (the caller runs it, in its own frame: ``ppy.run.program.Program``).
     ``program`` is the path as typed, which the program sees as ``sys.argv[0]``;
     ``config``, the program's configuration where it was read already."""
+    from ppy.run.collector import freeze_with_jax
     from ppy.run.program import Program
 
     prepared = prepare(Path(program), build=build, config=config)
@@ -53,8 +54,9 @@ def launch(
     # collector's reach, none of it is traversed again by the collections the
     # program triggers (dozens while jax imports) or at exit; a python run has
     # no such objects to traverse. The program's own objects are collected as
-    # ever.
+    # ever; jax's are set aside the same way once the program imports it.
     gc.freeze()
+    freeze_with_jax(prepared.root)
     return Program(
         program,
         argv,

@@ -1,0 +1,118 @@
+"""jax's objects out of the garbage collector's reach once the program has imported jax.
+
+Importing jax leaves about a hundred thousand objects (modules, functions,
+classes, caches) that live as long as the process. python's collector
+traverses all of them at every full collection the program triggers, and
+takes them apart at exit: on the page's example, a fifth of the whole
+process, most of it after the program's last line. A warm run never pays
+it: its server imported jax and froze what it had (``gc.freeze``) before
+it forked the run. Here a cold run does the same, right after the
+program's own ``import jax``.
+
+A frozen object is still freed when its last reference goes, as every
+object is; only a reference cycle among frozen objects is never collected,
+so its finalizers (``__del__``, a file's flush on close) never run. jax's
+own objects are the warm server's to begin with. The program's are not:
+an object it made before importing jax would be frozen too, and a file it
+later hangs on it could be left unflushed at exit. So the freeze is made
+only where the import begins before the program has made anything of its
+own: its modules (``__main__``, and any module of the project folder)
+hold nothing yet but modules, immutable values, and what libraries made.
+A program that imports jax later (inside ``main``, after its own classes)
+keeps python's collector as it is, and ``-v`` says why.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+from ppy.run.imports import after_import
+
+__all__ = ["freeze_with_jax"]
+
+#: Values that cannot hold a reference to anything made later.
+_IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), type(Ellipsis), range)
+#: Folders of installed packages, which a project folder may hold.
+_INSTALLED = frozenset({"site-packages", "dist-packages"})
+#: Values whose own ``__module__`` says who made them.
+_DEFINED = (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
+
+
+def freeze_with_jax(root: Path) -> None:
+    """Freeze the objects alive once the program's ``import jax`` has run,
+    if nothing of the program's own (under ``root``) was alive as it began."""
+    folders = tuple({os.path.join(os.path.abspath(root), ""), os.path.join(root.resolve(), "")})
+    # The program's modules are among those imported after this point.
+    present = set(sys.modules) - {"__main__"}
+    held: list[str | None] = []
+
+    def begin() -> None:
+        try:
+            held.append(_programs_own(folders, present))
+        except Exception as error:  # a module that will not be read: keep python's way
+            held.append(f"the program's modules could not be read ({type(error).__name__})")
+
+    def end() -> None:
+        from ppy.log import get_logger
+
+        reason = held[0] if held else None
+        if reason is not None:
+            get_logger().info(
+                "run.collector", frozen=False, reason=f"{reason} before the program imported jax"
+            )
+            return
+        gc.freeze()
+        get_logger().info("run.collector", frozen=True, objects=gc.get_freeze_count())
+
+    after_import("jax", end, before=begin)
+
+
+def _programs_own(folders: tuple[str, ...], present: set[str]) -> str | None:
+    """The first value of the program's own that its modules hold, named, or None."""
+    modules = {
+        name: module
+        for name, module in list(sys.modules.items())
+        if name not in present and _projects(module, folders)
+    }
+    for name, module in modules.items():
+        for key, value in list(getattr(module, "__dict__", {}).items()):
+            if key.startswith("__") and key.endswith("__"):
+                continue
+            if _made_by(value, modules):
+                return f"{name}.{key} was made"
+    return None
+
+
+def _projects(module: Any, folders: tuple[str, ...]) -> bool:
+    """Whether ``module`` is the program or a module of its project folder (not
+    an installed package that happens to sit in it, as in a ``.venv``)."""
+    if getattr(module, "__name__", None) == "__main__":
+        return True
+    location = getattr(module, "__file__", None)
+    if not isinstance(location, str):
+        return False
+    location = os.path.abspath(location)
+    for folder in folders:
+        if location.startswith(folder):
+            inside = location[len(folder) :].split(os.sep)
+            return not any(p.startswith(".") or p in _INSTALLED for p in inside)
+    return False
+
+
+def _made_by(value: Any, modules: dict[str, Any]) -> bool:
+    """Whether the program made ``value``: its own function, class or instance,
+    or a container (which may come to hold anything)."""
+    if isinstance(value, (types.ModuleType, *_IMMUTABLE)):
+        return False
+    if isinstance(value, tuple):
+        return any(_made_by(item, modules) for item in value)
+    if isinstance(value, _DEFINED):
+        return getattr(value, "__module__", None) in modules
+    made_in = type(value).__module__
+    # A list, a dict, a set of the program's may come to hold anything.
+    return made_in == "builtins" or made_in in modules

@@ -1,0 +1,80 @@
+"""The collector after the program imports jax (``ppy.run.collector``): jax's
+objects are set aside, the program's are collected and finalized as python does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.fidelity.support import WARM, differential, project
+
+STAGED = """\
+import gc
+from typing import Annotated
+
+import jax
+import jax.numpy as jnp
+
+import ppy
+
+Batch = Annotated[jax.Array, ppy.Shape("B", 4), ppy.DType("float32")]
+
+
+@jax.jit
+def score(x: Batch) -> jax.Array:
+    return jnp.sum(x, axis=-1)
+
+
+class Node:
+    def __init__(self, name):
+        self.name = name
+        self.me = self  # a cycle: only the collector frees it
+
+    def __del__(self):
+        print("freed", self.name, flush=True)
+
+
+Node("garbage")
+print("collected", gc.collect() > 0)
+print(score(jnp.ones((2, 4))))
+"""
+
+
+def test_what_the_program_makes_after_jax_is_collected_as_python_collects_it(
+    tmp_path: Path,
+) -> None:
+    root = project(tmp_path / "p", {"model.ppy": STAGED})
+    compared = differential(root, cache=tmp_path / "c")
+    assert "freed garbage\ncollected True\n" in compared.python.stdout
+    assert compared.bound() == {"score"}
+    (decided,) = compared.named("run.collector")
+    assert decided["frozen"] is True and int(str(decided["objects"])) > 10_000
+
+
+JOURNAL = """\
+class Journal:
+    def __init__(self):
+        self.me = self  # a cycle: only the collector frees it
+
+
+journal = Journal()
+
+import jax.numpy as jnp
+
+journal.file = open("journal.txt", "a")
+journal.file.write("a line the program never flushes\\n")
+print(jnp.arange(3).sum())
+"""
+
+
+def test_a_file_hung_on_what_the_program_made_before_jax_is_flushed_at_exit(
+    tmp_path: Path,
+) -> None:
+    """Frozen, the journal's cycle would never be collected, and its file never
+    flushed: the program made it before it imported jax, so nothing is frozen."""
+    root = project(tmp_path / "p", {"model.ppy": JOURNAL})
+    compared = differential(root, cache=tmp_path / "c")
+    runs = 3 if WARM else 2  # python, ppy run, ppy run --warm
+    assert (root / "journal.txt").read_text() == "a line the program never flushes\n" * runs
+    (decided,) = compared.named("run.collector")
+    assert decided["frozen"] is False
+    assert decided["reason"] == "__main__.Journal was made before the program imported jax"
