@@ -3,8 +3,12 @@ objects are set aside, the program's are collected and finalized as python does.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
+from tests.conftest import run_ppy
 from tests.fidelity.support import WARM, differential, project
 
 STAGED = """\
@@ -78,3 +82,19 @@ def test_a_file_hung_on_what_the_program_made_before_jax_is_flushed_at_exit(
     (decided,) = compared.named("run.collector")
     assert decided["frozen"] is False
     assert decided["reason"] == "__main__.Journal was made before the program imported jax"
+
+
+def test_a_recording_collects_as_python_does_and_keeps_what_it_must(tmp_path: Path) -> None:
+    """``ppy record`` sets jax aside as ``ppy run`` does, on the same rule."""
+    for name, program, frozen in (("staged", STAGED, True), ("journal", JOURNAL, False)):
+        root = project(tmp_path / name, {"model.ppy": program})
+        plain = subprocess.run(
+            [sys.executable, "model.ppy"], cwd=root, capture_output=True, text=True, check=True
+        )
+        recorded = run_ppy("-v", "--log-format", "json", "record", "model.ppy", cwd=root)
+        assert recorded.stdout == plain.stdout, recorded.stderr
+        events = [json.loads(line) for line in recorded.stderr.splitlines()]
+        (decided,) = [e for e in events if e["event"] == "run.collector"]
+        assert decided["frozen"] is frozen
+    journal = (tmp_path / "journal" / "journal.txt").read_text()
+    assert journal == "a line the program never flushes\n" * 2

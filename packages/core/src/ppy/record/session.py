@@ -27,6 +27,7 @@ def record(program: str, argv: list[str], *, replace: bool) -> int:
     from ppy.log import get_logger
     from ppy.record.observe import Recorder, candidates
     from ppy.record.signatures import read_signatures, signatures_path, write_signatures
+    from ppy.run.collector import set_aside
     from ppy.run.program import run_program
 
     path = Path(program)
@@ -38,6 +39,7 @@ def record(program: str, argv: list[str], *, replace: bool) -> int:
     modules = [discover_module(config.root, source) for source in find_sources(config.root)]
     main = module_name(config.root.resolve(), path.resolve()) or "__main__"
     recorder = Recorder(config.root, candidates(modules), main)
+    set_aside(config.root)
     try:
         return run_program(
             program, argv, artifact=None, runtimes={}, root=config.root, binder=recorder

@@ -1,4 +1,4 @@
-"""jax's objects out of the garbage collector's reach once the program has imported jax.
+"""ppy's objects, then jax's, out of the garbage collector's reach.
 
 Importing jax leaves about a hundred thousand objects (modules, functions,
 classes, caches) that live as long as the process. python's collector
@@ -6,8 +6,9 @@ traverses all of them at every full collection the program triggers, and
 takes them apart at exit: on the page's example, a fifth of the whole
 process, most of it after the program's last line. A warm run never pays
 it: its server imported jax and froze what it had (``gc.freeze``) before
-it forked the run. Here a cold run does the same, right after the
-program's own ``import jax``.
+it forked the run. A cold run (and ``ppy record``) does the same, right
+after the program's own ``import jax``, and freezes ppy's own objects
+before the program starts.
 
 A frozen object is still freed when its last reference goes, as every
 object is; only a reference cycle among frozen objects is never collected,
@@ -33,7 +34,7 @@ from typing import Any
 
 from ppy.run.imports import after_import
 
-__all__ = ["freeze_with_jax"]
+__all__ = ["set_aside"]
 
 #: Values that cannot hold a reference to anything made later.
 _IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), type(Ellipsis), range)
@@ -43,9 +44,15 @@ _INSTALLED = frozenset({"site-packages", "dist-packages"})
 _DEFINED = (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
 
 
-def freeze_with_jax(root: Path) -> None:
-    """Freeze the objects alive once the program's ``import jax`` has run,
-    if nothing of the program's own (under ``root``) was alive as it began."""
+def set_aside(root: Path) -> None:
+    """Freeze what is alive now, and again once the program's ``import jax``
+    has run if nothing of the program's own (under ``root``) was alive as it
+    began. Called as the program is about to start."""
+    # Everything alive now is ppy's (the parser, the configuration, the
+    # artifact, the modules it imported), not the program's: a python run has
+    # no such objects for its collections (dozens while jax imports) to
+    # traverse.
+    gc.freeze()
     folders = tuple({os.path.join(os.path.abspath(root), ""), os.path.join(root.resolve(), "")})
     # The program's modules are among those imported after this point.
     present = set(sys.modules) - {"__main__"}

@@ -9,7 +9,6 @@ program runs with whatever could be bound, the rest as ordinary calls.
 
 from __future__ import annotations
 
-import gc
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,18 +44,11 @@ def launch(
     (the caller runs it, in its own frame: ``ppy.run.program.Program``).
     ``program`` is the path as typed, which the program sees as ``sys.argv[0]``;
     ``config``, the program's configuration where it was read already."""
-    from ppy.run.collector import freeze_with_jax
+    from ppy.run.collector import set_aside
     from ppy.run.program import Program
 
     prepared = prepare(Path(program), build=build, config=config)
-    # Everything alive now is ppy's (the parser, the configuration, the
-    # artifact, the modules it imported), not the program's. Moved out of the
-    # collector's reach, none of it is traversed again by the collections the
-    # program triggers (dozens while jax imports) or at exit; a python run has
-    # no such objects to traverse. The program's own objects are collected as
-    # ever; jax's are set aside the same way once the program imports it.
-    gc.freeze()
-    freeze_with_jax(prepared.root)
+    set_aside(prepared.root)
     return Program(
         program,
         argv,
