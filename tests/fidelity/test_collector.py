@@ -1,5 +1,6 @@
-"""The collector after the program imports jax (``ppy.run.collector``): jax's
-objects are set aside, the program's are collected and finalized as python does."""
+"""The collector after the program's imports (``ppy.run.collector``): jax's and
+the libraries' objects are set aside, the program's are collected and
+finalized as python does."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Annotated
 
 import jax
 import jax.numpy as jnp
+import optax
 
 import ppy
 
@@ -50,8 +52,9 @@ def test_what_the_program_makes_after_jax_is_collected_as_python_collects_it(
     compared = differential(root, cache=tmp_path / "c")
     assert "freed garbage\ncollected True\n" in compared.python.stdout
     assert compared.bound() == {"score"}
-    (decided,) = compared.named("run.collector")
-    assert decided["frozen"] is True and int(str(decided["objects"])) > 10_000
+    decided = compared.named("run.collector")
+    assert [(e["after"], e["frozen"]) for e in decided] == [("jax", True), ("optax", True)]
+    assert int(str(decided[0]["objects"])) > 10_000
 
 
 JOURNAL = """\
@@ -80,8 +83,19 @@ def test_a_file_hung_on_what_the_program_made_before_jax_is_flushed_at_exit(
     runs = 3 if WARM else 2  # python, ppy run, ppy run --warm
     assert (root / "journal.txt").read_text() == "a line the program never flushes\n" * runs
     (decided,) = compared.named("run.collector")
-    assert decided["frozen"] is False
-    assert decided["reason"] == "__main__.Journal was made before the program imported jax"
+    assert (decided["after"], decided["frozen"]) == ("jax", False)
+    assert str(decided["reason"]).startswith("__main__.Journal was made by the program")
+
+
+def test_a_project_module_that_imports_jax_first_sets_it_aside(tmp_path: Path) -> None:
+    """The program's own module imports jax, then makes its functions: jax is
+    frozen, and from the end of that module's import on, nothing more is."""
+    helpers = "import jax.numpy as jnp\n\n\ndef total(x):\n    return float(jnp.asarray(x).sum())\n"
+    program = "import gc\nimport helpers\n\nprint(helpers.total([1.0, 2.0]), gc.collect() >= 0)\n"
+    root = project(tmp_path / "p", {"helpers.py": helpers, "model.ppy": program})
+    compared = differential(root, cache=tmp_path / "c")
+    decided = [(e["after"], e["frozen"]) for e in compared.named("run.collector")]
+    assert decided == [("jax", True), ("helpers", False)]
 
 
 def test_a_recording_collects_as_python_does_and_keeps_what_it_must(tmp_path: Path) -> None:
@@ -94,7 +108,7 @@ def test_a_recording_collects_as_python_does_and_keeps_what_it_must(tmp_path: Pa
         recorded = run_ppy("-v", "--log-format", "json", "record", "model.ppy", cwd=root)
         assert recorded.stdout == plain.stdout, recorded.stderr
         events = [json.loads(line) for line in recorded.stderr.splitlines()]
-        (decided,) = [e for e in events if e["event"] == "run.collector"]
-        assert decided["frozen"] is frozen
+        decided = [e["frozen"] for e in events if e["event"] == "run.collector"]
+        assert decided == ([True, True] if frozen else [False])
     journal = (tmp_path / "journal" / "journal.txt").read_text()
     assert journal == "a line the program never flushes\n" * 2

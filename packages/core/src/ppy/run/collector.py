@@ -1,27 +1,28 @@
-"""ppy's objects, then jax's, out of the garbage collector's reach.
+"""ppy's objects, then jax's and the other libraries', out of the garbage collector's reach.
 
 Importing jax leaves about a hundred thousand objects (modules, functions,
 classes, caches) that live as long as the process. python's collector
 traverses all of them at every full collection the program triggers, and
 takes them apart at exit: on the page's example, 150 to 280 ms measured
 here (a seventh to a quarter of the whole process), most of it after the
-program's last line. A warm run never pays
-it: its server imported jax and froze what it had (``gc.freeze``) before
-it forked the run. A cold run (and ``ppy record``) does the same, right
-after the program's own ``import jax``, and freezes ppy's own objects
-before the program starts.
+program's last line. A warm run never pays it: its server imported jax and
+froze what it had (``gc.freeze``) before it forked the run. A cold run (and
+``ppy record``) does the same: it freezes ppy's own objects before the
+program starts, and what is alive after each import statement of the
+program's own modules (``import jax``, ``import optax``), so that libraries
+imported after jax are set aside too.
 
 A frozen object is still freed when its last reference goes, as every
 object is; only a reference cycle among frozen objects is never collected,
-so its finalizers (``__del__``, a file's flush on close) never run. jax's
-own objects are the warm server's to begin with. The program's are not:
-an object it made before importing jax would be frozen too, and a file it
-later hangs on it could be left unflushed at exit. So the freeze is made
-only where the import begins before the program has made anything of its
-own: its modules (``__main__``, and any module of the project folder)
-hold nothing yet but modules, immutable values, and what libraries made.
-A program that imports jax later (inside ``main``, after its own classes)
-keeps python's collector as it is, and ``-v`` says why.
+so its finalizers (``__del__``, a file's flush on close) never run. A
+library's module-level objects are the warm server's to begin with. The
+program's are not: an object it made before an import would be frozen
+too, and a file it later hangs on it could be left unflushed at exit. So a
+freeze is made only while the program has made nothing of its own: its
+modules (``__main__``, and any module of the project folder) hold nothing
+yet but modules, immutable values, and what libraries made. From the first
+import after which they do (the first import after its own classes, or
+inside ``main``), the collector is python's, and ``-v`` says why.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from ppy.run.imports import after_import
+from ppy.run.imports import after_imports_from
 
 __all__ = ["set_aside"]
 
@@ -46,9 +47,9 @@ _DEFINED = (type, types.FunctionType, types.BuiltinFunctionType, types.MethodTyp
 
 
 def set_aside(root: Path) -> None:
-    """Freeze what is alive now, and again once the program's ``import jax``
-    has run if nothing of the program's own (under ``root``) was alive as it
-    began. Called as the program is about to start."""
+    """Freeze what is alive now, and again after each import statement of
+    the program's own modules (under ``root``), while they hold nothing the
+    program made. Called as the program is about to start."""
     # Everything alive now is ppy's (the parser, the configuration, the
     # artifact, the modules it imported), not the program's: a python run has
     # no such objects for its collections (dozens while jax imports) to
@@ -57,27 +58,35 @@ def set_aside(root: Path) -> None:
     folders = tuple({os.path.join(os.path.abspath(root), ""), os.path.join(root.resolve(), "")})
     # The program's modules are among those imported after this point.
     present = set(sys.modules) - {"__main__"}
-    held: list[str | None] = []
 
-    def begin() -> None:
-        try:
-            held.append(_programs_own(folders, present))
-        except Exception as error:  # a module that will not be read: keep python's way
-            held.append(f"the program's modules could not be read ({type(error).__name__})")
+    seen: dict[str, bool] = {}
 
-    def end() -> None:
+    def programs(name: str) -> bool:
+        if name not in seen:  # asked at every module jax imports: once per importer
+            seen[name] = name not in present and _projects(sys.modules.get(name), folders)
+        return seen[name]
+
+    def imported(name: str) -> bool:
         from ppy.log import get_logger
 
-        reason = held[0] if held else None
-        if reason is not None:
+        try:
+            made = _programs_own(folders, present)
+        except Exception as error:  # a module that will not be read: keep python's way
+            made = f"the program's modules could not be read ({type(error).__name__})"
+        if made is not None:
             get_logger().info(
-                "run.collector", frozen=False, reason=f"{reason} before the program imported jax"
+                "run.collector",
+                frozen=False,
+                after=name,
+                reason=f"{made} by the program: from here on, its objects are collected as "
+                "under python",
             )
-            return
+            return False
         gc.freeze()
-        get_logger().info("run.collector", frozen=True, objects=gc.get_freeze_count())
+        get_logger().info("run.collector", frozen=True, after=name, objects=gc.get_freeze_count())
+        return True
 
-    after_import("jax", end, before=begin)
+    after_imports_from(programs, imported)
 
 
 def _programs_own(folders: tuple[str, ...], present: set[str]) -> str | None:
