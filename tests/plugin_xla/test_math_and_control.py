@@ -7,6 +7,7 @@ import math
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from ppy_plugin_xla.front.calls import MATH
 
 from tests.plugin_xla.harness import I64_MAX, I64_MIN, bind_module, check, staged_without_fallback
 from tests.plugin_xla.test_operators import floats, ints
@@ -15,29 +16,13 @@ SETTINGS = settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 
-MATH_ONE = [
-    "sqrt",
-    "sin",
-    "cos",
-    "tan",
-    "fabs",
-    "cbrt",
-    "isnan",
-    "isinf",
-    "isfinite",
-    "floor",
-    "ceil",
-    "trunc",
-]
-MATH_TWO = ["atan2", "pow", "copysign", "fmod"]
+#: The math functions the compiler has (its table), by their arity.
+MATH_ONE = [name for name, function in MATH.items() if function.arity == 1]
+MATH_TWO = [name for name, function in MATH.items() if function.arity == 2]
 
 
 def _math_type(name: str) -> str:
-    if name in ("isnan", "isinf", "isfinite"):
-        return "bool"
-    if name in ("floor", "ceil", "trunc"):
-        return "int"
-    return "float"
+    return MATH[name].result
 
 
 MATH_SOURCE = "\n".join(

@@ -14,6 +14,7 @@ import math
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from ppy_plugin_xla.front.arith import COMPARISONS, OPERATORS
 
 from tests.plugin_xla.harness import (
     FLOAT_EDGES,
@@ -39,8 +40,11 @@ ints = st.one_of(
 bools = st.booleans()
 VALUES = {"float": floats, "int": ints, "bool": bools}
 TYPES = ("float", "int", "bool")
-OPS = ["+", "-", "*", "/", "//", "%", "**"]
-CMPS = ["<", "<=", ">", ">=", "==", "!="]
+#: The operators and comparisons the compiler has (its tables), by symbol.
+OPS = [op.symbol for op in OPERATORS.values()]
+CMPS = [op.symbol for op in COMPARISONS.values()]
+#: A function's name for each: ``add``, ``floordiv``, ``lt``, ...
+NAMES = {op.symbol: op.name.lower() for op in (*OPERATORS.values(), *COMPARISONS.values())}
 
 
 def _result_type(op: str, a: str, b: str) -> str:
@@ -52,22 +56,7 @@ def _result_type(op: str, a: str, b: str) -> str:
 
 
 def _name(op: str) -> str:
-    names = {
-        "+": "add",
-        "-": "sub",
-        "*": "mul",
-        "/": "div",
-        "//": "floordiv",
-        "%": "mod",
-        "**": "pow",
-        "<": "lt",
-        "<=": "le",
-        ">": "gt",
-        ">=": "ge",
-        "==": "eq",
-        "!=": "ne",
-    }
-    return names[op]
+    return NAMES[op]
 
 
 PAIRS = [
@@ -78,7 +67,8 @@ PAIRS = [
 ]
 
 
-def _binary_source() -> str:
+def binary_source() -> str:
+    """One function per operator and pair of operand types."""
     lines = ["from ppy import xla", ""]
     for op, a, b in PAIRS:
         lines += [
@@ -92,7 +82,7 @@ def _binary_source() -> str:
 
 @pytest.fixture(scope="module")
 def binary() -> dict:
-    return bind_module(_binary_source())
+    return bind_module(binary_source())
 
 
 def _exponents(kind: str) -> st.SearchStrategy:
@@ -141,8 +131,9 @@ def _unary_type(op: str, kind: str) -> str:
     return "int" if kind == "bool" else kind
 
 
-@pytest.fixture(scope="module")
-def unary() -> dict:
+def unary_source() -> str:
+    """One function per unary operator or conversion and operand type, then
+    ``min``/``max`` and chained comparisons."""
     lines = ["from ppy import xla", ""]
     for op, text in UNARY.items():
         for kind in TYPES:
@@ -182,7 +173,12 @@ def unary() -> dict:
         "    return x == y != z > 0",
         "",
     ]
-    return bind_module("\n".join(lines))
+    return "\n".join(lines)
+
+
+@pytest.fixture(scope="module")
+def unary() -> dict:
+    return bind_module(unary_source())
 
 
 @pytest.mark.parametrize("op", list(UNARY))

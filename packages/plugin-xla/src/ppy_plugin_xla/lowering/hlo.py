@@ -7,8 +7,9 @@ of three element types, elementwise ops, ``compare``, ``select`` and
 a name is unique even across nested regions (which may read values defined
 above them).
 
-Constants of i1 are folded here, so predicates that are known to be true or
-false never reach the module; that keeps straight-line code free of selects.
+Constants of i1 are folded here too (``folding.Folding``, as the front folds
+them), so conditions the lowering rules build from constants never reach
+the module; that keeps straight-line code free of selects.
 
 Two rewrites happen on the way from this text to machine code that IEEE
 arithmetic does not allow, and no compile option turns them off, so the
@@ -38,6 +39,8 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ppy_plugin_xla.folding import Constant, Folding
+
 __all__ = ["ELEMENT", "Builder", "Value"]
 
 #: Python scalar type -> StableHLO element type.
@@ -50,7 +53,7 @@ class Value:
 
     name: str
     type: str  # "float" | "int" | "bool"
-    const: float | int | bool | None = None
+    const: Constant | None = None
 
     @property
     def tensor(self) -> str:
@@ -67,13 +70,12 @@ def _literal(kind: str, value: float | int | bool) -> str:
 
 
 @dataclass
-class Builder:
-    """Appends ops to the current region; ``scratch`` builders discard text."""
+class Builder(Folding[Value]):
+    """Appends ops to the current region."""
 
     lines: list[str] = field(default_factory=list)
     counter: list[int] = field(default_factory=lambda: [0])
     depth: int = 2
-    scratch: bool = False
     #: Ops at the top of ``main``, before the body: what every region reads.
     prologue: list[str] = field(default_factory=list)
     #: The mask ``negate`` flips a sign with, once written (``_sign_mask``).
@@ -84,12 +86,11 @@ class Builder:
         return f"%v{self.counter[0]}"
 
     def emit(self, text: str) -> None:
-        if not self.scratch:
-            self.lines.append("  " * self.depth + text)
+        self.lines.append("  " * self.depth + text)
 
     # -- constants and generic ops -------------------------------------------------
 
-    def const(self, kind: str, value: float | int | bool) -> Value:
+    def const(self, kind: str, value: Constant) -> Value:
         name = self.fresh()
         element = ELEMENT[kind]
         literal = _literal(kind, value)
@@ -120,25 +121,17 @@ class Builder:
     def binary(self, opname: str, a: Value, b: Value) -> Value:
         return self.op(opname, [a, b], a.type)
 
-    def compare(self, direction: str, a: Value, b: Value) -> Value:
-        if a.const is not None and b.const is not None and a.type == b.type == "bool":
-            x, y = bool(a.const), bool(b.const)
-            folded = {"EQ": x == y, "NE": x != y}.get(direction)
-            if folded is not None:
-                return self.const("bool", folded)
-        kind = {"float": "FLOAT", "int": "SIGNED", "bool": "UNSIGNED"}[a.type]
+    def _op(self, name: str, operands: Sequence[Value], kind: str, direction: str = "") -> Value:
+        if name != "compare":
+            return self.op(name, operands, kind)
+        compared = {"float": "FLOAT", "int": "SIGNED", "bool": "UNSIGNED"}[operands[0].type]
         return self.op(
             "compare",
-            [a, b],
+            operands,
             "bool",
             f"comparison_direction = #stablehlo<comparison_direction {direction}>, "
-            f"compare_type = #stablehlo<comparison_type {kind}>",
+            f"compare_type = #stablehlo<comparison_type {compared}>",
         )
-
-    def convert(self, a: Value, kind: str) -> Value:
-        if a.type == kind:
-            return a
-        return self.op("convert", [a], kind)
 
     def bitcast(self, a: Value, kind: str) -> Value:
         return self.op("bitcast_convert", [a], kind)
@@ -161,13 +154,13 @@ class Builder:
         """The sign bit, by the unknown zero shifted into it, written once at
         the top of ``main``: a negation in a loop pays one ``xor``."""
         if self.sign is None:
-            lines, depth, scratch = self.lines, self.depth, self.scratch
-            self.lines, self.depth, self.scratch = self.prologue, 2, False
+            lines, depth = self.lines, self.depth
+            self.lines, self.depth = self.prologue, 2
             try:
                 unknown = self.binary("shift_left", self._unknown_zero(), self.const("int", 63))
                 self.sign = self.binary("xor", self.const("int", -(1 << 63)), unknown)
             finally:
-                self.lines, self.depth, self.scratch = lines, depth, scratch
+                self.lines, self.depth = lines, depth
         return self.sign
 
     def opaque(self, a: Value) -> Value:
@@ -188,40 +181,6 @@ class Builder:
         general approximation: no operand is a constant the backend could
         specialize it for."""
         return self.op(opname, [self.opaque(a) for a in operands], operands[0].type)
-
-    def select(self, p: Value, a: Value, b: Value) -> Value:
-        if p.const is not None:
-            return a if p.const else b
-        if a is b:
-            return a
-        return self.op("select", [p, a, b], a.type)
-
-    # -- i1 logic with folding -----------------------------------------------------
-
-    def true(self) -> Value:
-        return self.const("bool", True)
-
-    def false(self) -> Value:
-        return self.const("bool", False)
-
-    def and_(self, a: Value, b: Value) -> Value:
-        if a.const is not None:
-            return b if a.const else a
-        if b.const is not None:
-            return a if b.const else b
-        return self.op("and", [a, b], "bool")
-
-    def or_(self, a: Value, b: Value) -> Value:
-        if a.const is not None:
-            return a if a.const else b
-        if b.const is not None:
-            return b if b.const else a
-        return self.op("or", [a, b], "bool")
-
-    def not_(self, a: Value) -> Value:
-        if a.const is not None:
-            return self.const("bool", not a.const)
-        return self.op("not", [a], "bool")
 
     # -- structured control flow ---------------------------------------------------
 
