@@ -198,8 +198,10 @@ def show(function: Function) -> str:
     names: dict[Var, str] = {}
 
     def name(var: Var) -> str:
+        if var.const is not None:
+            return repr(var.const)
         if var not in names:
-            names[var] = f"%{len(names)}" if var.const is None else repr(var.const)
+            names[var] = f"%{len(names)}"
         return names[var]
 
     def typed(var: Var) -> str:
@@ -219,11 +221,12 @@ def show(function: Function) -> str:
                 continue
             args = ", ".join(name(v) for v in stmt.args)
             param = f"[{stmt.param}]" if stmt.param else ""
+            out = typed(stmt.out)
             guard = ""
             if stmt.guard is not None:
                 g = stmt.guard
                 guard = f"  ; {name(g.after)} = {name(g.before)} | {name(g.pred)} & fails"
-            lines.append(f"{indent}{typed(stmt.out)} = {stmt.op}{param}({args}){guard}")
+            lines.append(f"{indent}{out} = {stmt.op}{param}({args}){guard}")
         results = ", ".join(name(v) for v in body.results)
         return [*lines, f"{indent}-> {results}"]
 
