@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from ppy_plugin_xla.front.arith import COMPARISONS, OPERATORS
+from ppy_plugin_xla.front.calls import MATH as MATH_FUNCTIONS
 
 from tests.plugin_xla.harness import (
     FLOAT_EDGES,
@@ -117,8 +119,10 @@ def _normal(value: float) -> bool:
 #: function Python (the build says so), so it is drawn as an operand only.
 CONSTANTS = {"float": float_values.filter(_normal), "int": int_values}
 
-OPS = ["+", "-", "*", "/", "//", "%", "**", "<", "<=", ">", ">=", "==", "!="]
-MATH = ["atan2", "pow", "copysign", "fmod"]
+#: Every operator and comparison the compiler has, and its math functions of
+#: two arguments (the front's tables).
+OPS = [op.symbol for op in (*OPERATORS.values(), *COMPARISONS.values())]
+MATH = [name for name, function in MATH_FUNCTIONS.items() if function.arity == 2]
 EXAMPLES = 25
 SETTINGS = settings(
     max_examples=EXAMPLES,

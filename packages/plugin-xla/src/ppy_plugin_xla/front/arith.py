@@ -17,7 +17,17 @@ from dataclasses import dataclass
 from ppy_plugin_xla.front.frame import Frame
 from ppy_plugin_xla.ir import Var
 
-__all__ = ["COMPARISONS", "OPERATORS", "Operator", "as_float", "as_int", "binary", "compare"]
+__all__ = [
+    "COMPARISONS",
+    "OPERATORS",
+    "Operator",
+    "as_float",
+    "as_int",
+    "binary",
+    "compare",
+    "to_int",
+    "truthy",
+]
 
 
 @dataclass(frozen=True)
