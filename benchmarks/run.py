@@ -189,8 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     device = accelerator()
     platform = device.get("platform")
     name = results_name(device)
+    if name is None and plan is DEVICE_QUICK:
+        # A rehearsal of the device pass on the CPU never replaces the CPU's run.
+        name = "device-quick-cpu"
     results = args.results or (RESULTS if name is None else RESULTS / name)
-    where = "the CPU" if name is None else f"{device.get('device_kind')} ({platform})"
+    where = f"{device.get('device_kind')} ({platform})" if platform else "unknown"
     print(f"jax's backend: {where}; results go to {results}", flush=True)
     if platform is None:
         print(f"    the probe failed: {device.get('error')}", flush=True)
