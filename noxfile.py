@@ -20,10 +20,16 @@ habits, tests/README.md the map of the suites.
 against plain JAX, in a venv installed as the README says (not editable),
 with matplotlib and numba; ``nox -s bench-3.13`` the same on 3.13 and jax
 0.12. ``nox -s bench-3.11 -- --quick`` is the short pass.
+
+``nox -s device`` (not among the defaults: CI has no accelerator) runs the
+differential tests on an accelerator, in one pytest process
+(``tests/device/run.py``); where there is none it is skipped with a notice.
 """
 
 from __future__ import annotations
 
+import glob
+import json
 import os
 import re
 import subprocess
@@ -195,3 +201,45 @@ def bench(session: nox.Session) -> None:
         else ["--results", f"benchmarks/results/python{session.python}", "--no-readme"]
     )
     session.run("python", "benchmarks/run.py", *where, *session.posargs)
+
+
+#: The device files an accelerator shows, by the jax extra that drives it: a
+#: TPU VM's chips are /dev/accel* (v2-v4) or VFIO groups under /dev/vfio (v5e,
+#: v5p, v6e); an NVIDIA GPU is /dev/nvidia0 and up. Looking costs nothing and
+#: opens no device.
+DEVICE_FILES = {
+    "jax[tpu]": ("/dev/accel*", "/dev/vfio/[0-9]*"),
+    "jax[cuda12]": ("/dev/nvidia[0-9]*",),
+}
+
+
+def _accelerator_extra() -> str | None:
+    """The jax extra for the accelerator this machine shows, or None."""
+    for extra, patterns in DEVICE_FILES.items():
+        if any(glob.glob(pattern) for pattern in patterns):
+            return extra
+    return None
+
+
+@nox.session(python=PYTHON)
+def device(session: nox.Session) -> None:
+    """The differential tests on an accelerator; skipped with a notice where there is none.
+
+    The rule, in two steps, each cheap: no device file (``DEVICE_FILES``)
+    skips before anything is installed; then ``tests/device/run.py --probe``
+    asks jax, in one process that ends at once, for its default backend, and
+    the CPU's skips too (a device file jax does not drive). posargs go to
+    the runner (``nox -s device -- --deadline 480``, ``-- --resume``).
+    """
+    extra = _accelerator_extra()
+    if extra is None:
+        shown = ", ".join(p for patterns in DEVICE_FILES.values() for p in patterns)
+        session.skip(f"no accelerator here (none of {shown}): nothing to run")
+    session.install(*PACKAGES, extra, *MODEL_LIBRARIES, *TEST_TOOLS)
+    found = json.loads(
+        str(session.run("python", "tests/device/run.py", "--probe", silent=True)).splitlines()[-1]
+    )
+    if found.get("platform") in (None, "cpu"):
+        why = found.get("error") or "jax's default backend is the CPU"
+        session.skip(f"no accelerator jax can use here: {why}")
+    session.run("python", "tests/device/run.py", *session.posargs)

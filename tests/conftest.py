@@ -38,6 +38,19 @@ MODEL_LIBRARIES = ("flax", "optax", "equinox", "jaxtyping")
 models = pytest.mark.models
 
 
+#: A program that needs jax's CPU backend: it asks for several host devices
+#: (``--xla_force_host_platform_device_count``), joins processes with gloo, or
+#: expects an export for another platform to fall back. On an accelerator its
+#: devices are the accelerator's, so ``nox -s device`` leaves it out.
+cpu_backend = pytest.mark.cpu_backend
+
+
+def uses_host_devices(folder: Path) -> bool:
+    """Whether a project's sources ask XLA for several host (CPU) devices."""
+    sources = sorted(p for p in folder.rglob("*.ppy") if p.is_file())
+    return any("xla_force_host_platform_device_count" in p.read_text() for p in sources)
+
+
 def uses_model_library(folder: Path) -> bool:
     """Whether a project's sources import one of ``MODEL_LIBRARIES``."""
     pattern = re.compile(rf"^\s*(?:import|from)\s+({'|'.join(MODEL_LIBRARIES)})\b", re.M)

@@ -1,14 +1,35 @@
-"""The PNG plots of a run (matplotlib, needed only by the benchmarks)."""
+"""The PNG plots of a run (matplotlib, needed only by the benchmarks).
+
+matplotlib is optional: where it is not installed (a TPU machine's index may
+lack it, a runtime-only deployment never has it), ``draw`` draws nothing and
+says so, and the run's JSON and table are written all the same. The plots can
+be drawn later from the JSON, where matplotlib is (``run.py --report DIR``).
+"""
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from .measure import Comparison
 
-__all__ = ["draw"]
+__all__ = ["MISSING", "available", "draw"]
+
+#: What the runner prints where matplotlib is not installed.
+MISSING = (
+    "matplotlib is not installed: no plots drawn (latest.json and latest.md are written); "
+    "draw them later with `python benchmarks/run.py --report {results}` where it is"
+)
+
+
+def available() -> bool:
+    """Whether matplotlib can be imported here (checked without importing it)."""
+    try:
+        return importlib.util.find_spec("matplotlib") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _figure(columns: int) -> tuple[Any, list[Any]]:
@@ -88,7 +109,10 @@ def _builds(comparisons: Sequence[Comparison], path: Path) -> Path | None:
 
 
 def draw(comparisons: Sequence[Comparison], directory: Path) -> list[Path]:
-    """Every plot this run has the figures for, written into ``directory``."""
+    """Every plot this run has the figures for, written into ``directory``;
+    none where matplotlib is not installed (``available``)."""
+    if not available():
+        return []
     made = [
         _startup(comparisons, directory / "startup_vs_depth.png"),
         _bars(

@@ -54,10 +54,12 @@ def _jax_cache(directory: Path) -> dict[str, str]:
     }
 
 
-def modes(project: Path, scratch: Path, *, staged: bool = True) -> list[Mode]:
-    """Build the artifact, fill both caches once, and describe the four modes.
+def modes(project: Path, scratch: Path, *, staged: bool = True, cold: bool = True) -> list[Mode]:
+    """Build the artifact, fill both caches once, and describe the modes.
 
     ``staged``: whether the build must stage something (or, off, nothing).
+    ``cold``: whether ``ppy run cold`` is one of them (the device pass leaves
+    it out: each process there costs the device's open).
     """
     ppy = ppy_command()
     built = measure.run_once(
@@ -82,6 +84,9 @@ def modes(project: Path, scratch: Path, *, staged: bool = True) -> list[Mode]:
     copy_jax = measure.warm_copy(jax_filled)
     served = served_cache(scratch)
     shutil.copytree(ppy_filled, served)
+    cold_mode = Mode(
+        "ppy run cold", run, project, lambda p: {"PPY_CACHE_DIR": str(p / "ppy-cache")}
+    )
     return [
         Mode("python", python, project, lambda p: {"PPY_CACHE_DIR": str(p / "ppy-cache")}),
         Mode(
@@ -90,7 +95,7 @@ def modes(project: Path, scratch: Path, *, staged: bool = True) -> list[Mode]:
             project,
             lambda p: {"PPY_CACHE_DIR": str(p / "ppy-cache"), **_jax_cache(copy_jax(p))},
         ),
-        Mode("ppy run cold", run, project, lambda p: {"PPY_CACHE_DIR": str(p / "ppy-cache")}),
+        *([cold_mode] if cold else []),
         Mode("ppy run warm", run, project, lambda p: {"PPY_CACHE_DIR": str(copy_ppy(p))}),
         Mode(
             "ppy run --warm",
@@ -130,27 +135,31 @@ def warm_server(project: Path, scratch: Path) -> Iterator[dict[str, float]]:
         measure.run_once([*ppy_command(), "server", "stop"], project, env)
 
 
-def server_start(case: str, cold: list[float], cost: dict[str, float]) -> Comparison:
-    """The first ``ppy run --warm`` (which starts the server) against a cold run."""
+def server_start(
+    case: str, against: list[float], cost: dict[str, float], baseline: str = "ppy run cold"
+) -> Comparison:
+    """The first ``ppy run --warm`` (which starts the server) against a cold
+    run (or, where none was measured, ``baseline``)."""
     return Comparison(
         case,
         "first --warm run (starts the server)",
         "s",
-        "ppy run cold",
-        {"ppy run cold": cold, "first ppy run --warm": [cost["first_run_s"]]},
+        baseline,
+        {baseline: against, "first ppy run --warm": [cost["first_run_s"]]},
         {"server_idle_rss_mib": round(cost["idle_rss_mib"], 1)},
     )
 
 
 def interleaved(
-    project: Path, scratch: Path, rounds: int, case: str, *, staged: bool = True
+    project: Path, scratch: Path, rounds: int, case: str, *, staged: bool = True, cold: bool = True
 ) -> tuple[dict[str, list[measure.Run]], Comparison]:
-    """The five modes' runs, interleaved, and what the warm server cost."""
-    all_modes = modes(project, scratch, staged=staged)
+    """The modes' runs, interleaved, and what the warm server cost."""
+    all_modes = modes(project, scratch, staged=staged, cold=cold)
     with warm_server(project, scratch) as cost:
         runs = measure.interleave(all_modes, rounds, scratch)
-    cold = [run.wall_s for run in runs["ppy run cold"]]
-    return runs, server_start(case, cold, cost)
+    baseline = "ppy run cold" if cold else "ppy run warm"
+    against = [run.wall_s for run in runs[baseline]]
+    return runs, server_start(case, against, cost, baseline)
 
 
 def first_calls(runs: dict[str, list[measure.Run]], case: str) -> dict[str, list[float]]:
@@ -164,22 +173,25 @@ def first_calls(runs: dict[str, list[measure.Run]], case: str) -> dict[str, list
     return first
 
 
-def page_example(scratch: Path, rounds: int) -> list[Comparison]:
+def page_example(scratch: Path, rounds: int, *, cold: bool = True) -> list[Comparison]:
     """Case 1: the whole process of the page's example, per mode."""
     project = projects.page_example(scratch / "page")
     case = "page example"
-    runs, start = interleaved(project, scratch / "page-caches", rounds, case)
+    runs, start = interleaved(project, scratch / "page-caches", rounds, case, cold=cold)
     samples = {name: [run.wall_s for run in mode_runs] for name, mode_runs in runs.items()}
     return [Comparison(case, "whole process", "s", "python", samples), start]
 
 
-def deep_models(scratch: Path, rounds: int, depths: tuple[int, ...]) -> list[Comparison]:
+def deep_models(
+    scratch: Path, rounds: int, depths: tuple[int, ...], *, cold: bool = True
+) -> list[Comparison]:
     """Case 2: first call and whole process of the deep model at each depth."""
     found: list[Comparison] = []
     for layers in depths:
         project = projects.deep_model(scratch / f"deep-{layers}", layers)
         case = f"deep model, {layers} layers"
-        runs, start = interleaved(project, scratch / f"deep-{layers}-caches", rounds, case)
+        caches = scratch / f"deep-{layers}-caches"
+        runs, start = interleaved(project, caches, rounds, case, cold=cold)
         first = first_calls(runs, f"deep model ({layers} layers)")
         wall = {name: [run.wall_s for run in mode_runs] for name, mode_runs in runs.items()}
         params = {"layers": layers, "width": projects.WIDTH}

@@ -147,6 +147,37 @@ def test_measure_gives_up_after_its_timeout() -> None:
     assert profile.seconds is None and profile.error == "`import jax` took over 0.001 s"
 
 
+def test_measure_starts_jax_s_backend_in_the_same_interpreter_after_the_import() -> None:
+    profile = measure("jax", start_backend=True)
+    assert profile.error is None and profile.seconds is not None
+    backend = profile.backend
+    assert backend is not None and backend.error is None
+    assert (backend.platform, backend.device_kind, backend.device_count) == ("cpu", "cpu", 1)
+    assert backend.seconds is not None and backend.seconds >= 0
+    # The import's lines end at jax's own: what the start imported is not counted in it.
+    assert profile.imports[-1].name == "jax"
+    assert measure("jax").backend is None
+
+
+def test_a_backend_that_does_not_start_keeps_the_import_s_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A platform this machine does not have: jax.devices() raises, as on a
+    # TPU whose chip another process holds.
+    monkeypatch.setenv("JAX_PLATFORMS", "tpu")
+    profile = measure("jax", start_backend=True)
+    assert profile.error is None and profile.seconds is not None and profile.seconds > 0
+    backend = profile.backend
+    assert backend is not None and backend.seconds is None
+    assert backend.error is not None and backend.error.startswith("RuntimeError: ")
+    assert "Traceback" not in backend.error and "\n" not in backend.error
+
+
+def test_measure_gives_up_on_a_backend_after_its_timeout() -> None:
+    profile = measure("jax", timeout=0.001, start_backend=True)
+    assert profile.seconds is None and profile.error == "`import jax` took over 0.001 s"
+
+
 # -- slow versions --------------------------------------------------------------------------
 
 
@@ -212,6 +243,27 @@ def test_doctor_times_import_jax_and_names_ml_dtypes_from_its_installed_version(
         assert found == []
 
 
+def test_doctor_reports_the_backend_start_after_import_jax(
+    make_project: Callable[..., Path], ppy: Run
+) -> None:
+    root = make_project({"model.ppy": MODEL}, pyproject=PLAIN)
+    report = _doctor_json(ppy, str(root))
+    backend = report["backend_start"]
+    assert backend["measured"] is True and backend["error"] is None
+    assert (backend["platform"], backend["device_kind"], backend["device_count"]) == (
+        "cpu",
+        "cpu",
+        1,
+    )
+    assert backend["seconds"] >= 0
+    for package in backend["imports"]:
+        assert set(package) == {"package", "self_seconds", "modules"}
+    text = ppy("doctor", str(root))
+    [line] = [ln for ln in text.stdout.splitlines() if ln.startswith("backend start")]
+    assert ": cpu (cpu, 1 device), the first jax.devices() after the import" in line
+    assert "before its program's first call" in text.stdout
+
+
 def test_doctor_json_fields_on_a_project_with_no_artifact(
     make_project: Callable[..., Path], ppy: Run, cache_dir: Path
 ) -> None:
@@ -224,6 +276,7 @@ def test_doctor_json_fields_on_a_project_with_no_artifact(
         "versions",
         "platform",
         "import_jax",
+        "backend_start",
         "findings",
         "artifact",
         "cache",
@@ -239,6 +292,15 @@ def test_doctor_json_fields_on_a_project_with_no_artifact(
     assert report["platform"]["cpus"] == os.cpu_count()
     assert report["platform"]["machine"] == platform.machine()
     assert report["import_jax"] == {"measured": False, "seconds": None, "top": [], "error": None}
+    assert report["backend_start"] == {
+        "measured": False,
+        "seconds": None,
+        "platform": None,
+        "device_kind": None,
+        "device_count": None,
+        "imports": [],
+        "error": None,
+    }
     for finding in report["findings"]:
         assert finding["measured_seconds"] is None and finding["slow_here"] is None
         assert finding["would_save_seconds"] is None
@@ -305,11 +367,13 @@ def test_doctor_text_names_every_section_and_exits_0(
         "platform",
         "versions",
         "import jax",
+        "backend start",
         "slow versions",
         "artifact",
         "executable cache",
     ]
-    assert "not measured (--no-import)" in result.stdout
+    assert "import jax  not measured (--no-import)" in result.stdout
+    assert "backend start  not measured (--no-import)" in result.stdout
     assert f"jax {metadata.version('jax')}" in result.stdout
     assert ": missing" in result.stdout
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import PERMISSIONS
+from tests.conftest import PERMISSIONS, cpu_backend
 from tests.fidelity.support import differential, project
+
+#: Two CPU devices, forced; and a TPU export that must fall back on the CPU.
+pytestmark = cpu_backend
 
 PROGRAM = """\
 from typing import Annotated

@@ -17,8 +17,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import PERMISSIONS, run_ppy
+from tests.conftest import PERMISSIONS, cpu_backend, run_ppy
 from tests.fidelity.support import project
+
+#: Two CPU devices a process, gloo collectives, a socket between the processes.
+pytestmark = cpu_backend
 
 PROGRAM = """\
 import os

@@ -16,8 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PERMISSIONS, models, run_ppy
+from tests.conftest import PERMISSIONS, cpu_backend, models, run_ppy
 from tests.fidelity.support import differential, project
+
+#: Four devices are the CPU's, forced (``FOUR``): on an accelerator they are not there.
+pytestmark = cpu_backend
 
 FOUR = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
 

@@ -26,9 +26,11 @@ from tests.conftest import (
     EXAMPLES,
     ROOT,
     BuiltExample,
+    cpu_backend,
     models,
     pip_install_target,
     stop_servers,
+    uses_host_devices,
     uses_model_library,
 )
 
@@ -37,9 +39,18 @@ NUMBERED = sorted(
     for p in EXAMPLES.iterdir()
     if re.fullmatch(r"\d\d_\w+", p.name) and (p / "model.ppy").is_file()
 )
-#: Each example, marked ``models`` where it imports a model library.
+#: Each example, marked ``models`` where it imports a model library, and
+#: ``cpu_backend`` where it asks for several host devices.
 EACH = [
-    pytest.param(p, id=p.name, marks=[models] if uses_model_library(p) else []) for p in NUMBERED
+    pytest.param(
+        p,
+        id=p.name,
+        marks=[
+            *([models] if uses_model_library(p) else []),
+            *([cpu_backend] if uses_host_devices(p) else []),
+        ],
+    )
+    for p in NUMBERED
 ]
 CONDITIONS = ("captured", "config", "device")
 IGNORE = EXAMPLE_OUTPUTS

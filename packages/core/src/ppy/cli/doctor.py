@@ -5,7 +5,12 @@ rebuilt before the program starts), and loads each staged function's
 executable from the per-user cache or compiles it. Each of those can be the
 slow part, and each is checked here without importing jax in this process:
 
-- ``import jax`` is timed in a fresh interpreter (``ppy.cli.importtime``);
+- ``import jax`` is timed in a fresh interpreter (``ppy.cli.importtime``),
+  and then, in the same interpreter, jax's backend start: the first
+  ``jax.devices()``, which loads the platform's plugin (libtpu) and opens the
+  device. On a TPU v5e that open alone takes 6 to 11 s, in every process:
+  import and backend start are the floor no run of the program goes below,
+  and a forked child (``ppy run --warm``) cannot inherit an open device;
 - installed versions known to be slow (``SLOW_VERSIONS``) are found from
   package metadata, with a remedy that ppy only suggests: it never changes
   what is installed;
@@ -15,7 +20,10 @@ slow part, and each is checked here without importing jax in this process:
   executables cannot be told from here: a key covers the concrete input
   shapes, which exist only once the program calls, and the device, which
   only jax can name. So the cache is called cold when it cannot hold them
-  (empty, or untrusted) and unknown otherwise.
+  (empty, or untrusted) and unknown otherwise. For the same reason the
+  program's own work (its eager ops, each staged function's compile or
+  cache load) is not timed here: it happens at the program's calls, and
+  ``ppy -vv run FILE`` logs each load and compile as it happens.
 
 ``gather`` collects everything into a ``Report``; ``to_json`` and
 ``render_text`` only format it. Nothing here fails on what it finds: a
@@ -37,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ppy.cache import human_size
-from ppy.cli.importtime import DEFAULT_TIMEOUT, ImportProfile, measure
+from ppy.cli.importtime import DEFAULT_TIMEOUT, BackendStart, ImportProfile, by_package, measure
 from ppy.decision import Decision, Outcome
 
 if TYPE_CHECKING:
@@ -240,7 +248,11 @@ def gather(
     """Everything ``ppy doctor`` reports for the project at or above ``target``."""
     versions = installed_versions()
     artifact = artifact_report(target)
-    profile = measure("jax", timeout=timeout, cwd=artifact.root) if measure_import else None
+    profile = (
+        measure("jax", timeout=timeout, cwd=artifact.root, start_backend=True)
+        if measure_import
+        else None
+    )
     return Report(
         python=interpreter(),
         versions=versions,
@@ -421,6 +433,7 @@ def to_json(report: Report) -> dict[str, Any]:
             ],
             "error": profile.error if profile is not None else None,
         },
+        "backend_start": _backend_json(profile.backend if profile is not None else None),
         "findings": [
             {
                 "package": f.package,
@@ -462,6 +475,22 @@ def to_json(report: Report) -> dict[str, Any]:
     }
 
 
+def _backend_json(backend: BackendStart | None) -> dict[str, Any]:
+    measured = backend is not None and backend.error is None
+    return {
+        "measured": measured,
+        "seconds": _seconds(backend.seconds) if backend is not None else None,
+        "platform": backend.platform if backend is not None else None,
+        "device_kind": backend.device_kind if backend is not None else None,
+        "device_count": backend.device_count if backend is not None else None,
+        "imports": [
+            {"package": p.package, "self_seconds": _seconds(p.self_us / 1e6), "modules": p.modules}
+            for p in (by_package(backend.imports)[:5] if backend is not None else ())
+        ],
+        "error": backend.error if backend is not None else None,
+    }
+
+
 def _wrapped(text: str, indent: str) -> Iterator[str]:
     yield from textwrap.wrap(
         text, _WIDTH, initial_indent=indent, subsequent_indent=indent, break_on_hyphens=False
@@ -495,6 +524,39 @@ def _import_lines(profile: ImportProfile | None) -> Iterator[str]:
     width = max((len(p.package) for p in top), default=0)
     for package in top:
         yield f"  {package.package.ljust(width)}  {package.self_us / 1e6:5.2f} s"
+
+
+def _backend_lines(profile: ImportProfile | None) -> Iterator[str]:
+    if profile is None:
+        yield "backend start  not measured (--no-import)"
+        return
+    backend = profile.backend
+    if profile.error is not None or profile.seconds is None or backend is None:
+        yield "backend start  not measured: jax did not import"
+        return
+    if backend.error is not None or backend.seconds is None:
+        yield f"backend start  failed after `import jax`: {backend.error}"
+        return
+    count = backend.device_count or 0
+    yield (
+        f"backend start  {backend.seconds:.2f} s: {backend.device_kind} ({backend.platform}, "
+        f"{_plural(count, 'device')}), the first jax.devices() after the import"
+    )
+    loaded = [p for p in by_package(backend.imports) if p.self_us >= 1000][:5]
+    if loaded:
+        shown = ", ".join(f"{p.package} {p.self_us / 1e6:.2f} s" for p in loaded)
+        yield f"  imported by it (the platform's plugin): {shown}"
+    floor = profile.seconds + backend.seconds
+    yield from _wrapped(
+        f"every process that computes with jax pays both before its program's first call: "
+        f"{floor:.2f} s here; a forked child (ppy run --warm) cannot inherit an open device",
+        "  ",
+    )
+    yield from _wrapped(
+        "the program's eager ops and each staged function's compile or cache load come at "
+        "its calls: `ppy -vv run FILE` logs them (cache.hit, cache.miss, cache.unstaged)",
+        "  ",
+    )
 
 
 def _finding_lines(report: Report) -> Iterator[str]:
@@ -566,7 +628,7 @@ def render_text(report: Report) -> str:
             f"platform  {m.platform}, {m.machine}, {cpus}",
             f"versions  {_versions(report)}",
         ],
-        list(_import_lines(report.import_jax)),
+        [*_import_lines(report.import_jax), *_backend_lines(report.import_jax)],
         list(_finding_lines(report)),
         list(_artifact_lines(report.artifact)),
         list(_cache_lines(report.cache)),

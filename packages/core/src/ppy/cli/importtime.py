@@ -18,10 +18,19 @@ nested, and a module's line comes after the lines of the imports it caused.
 So the lines of one top-level import are its own line and the nested lines
 right before it, and summing ``self`` over every module of a top-level
 package says how long that package's code ran, wherever it was imported from.
+
+With ``start_backend``, the same interpreter then calls ``jax.devices()``,
+which starts jax's backend: it loads the platform's plugin (libtpu on a TPU)
+and opens the device, which a TPU v5e takes 6 to 11 s to do and every process
+that computes with jax pays. A forked child cannot inherit an open device, so
+no warm start takes it away. What that call imports finishes after jax's own
+line; those lines are the backend start's (``BackendStart.imports``). The
+interpreter ends right after, so it holds the device for no longer than that.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -32,6 +41,7 @@ from pathlib import Path
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "BackendStart",
     "ImportProfile",
     "ModuleImport",
     "PackageTime",
@@ -71,6 +81,22 @@ class PackageTime:
 
 
 @dataclass(frozen=True)
+class BackendStart:
+    """jax's backend started (``jax.devices()``) right after the timed import,
+    or why it did not start."""
+
+    #: Seconds the first ``jax.devices()`` took; None when it failed.
+    seconds: float | None
+    #: The default backend's platform (``cpu``, ``tpu``, ``gpu``) and its devices.
+    platform: str | None = None
+    device_kind: str | None = None
+    device_count: int | None = None
+    #: What the call imported (a platform's plugin), in the order the imports finished.
+    imports: tuple[ModuleImport, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class ImportProfile:
     """One timed import in a fresh interpreter, or why it could not be timed."""
 
@@ -81,6 +107,8 @@ class ImportProfile:
     imports: tuple[ModuleImport, ...]
     #: Why there is no measurement (the import failed or timed out), else None.
     error: str | None = None
+    #: The backend's start after the import, where it was asked for.
+    backend: BackendStart | None = None
 
     def cumulative_seconds(self, name: str) -> float | None:
         """How long importing ``name`` took within the measured import, or
@@ -146,21 +174,74 @@ def by_package(records: Iterable[ModuleImport]) -> tuple[PackageTime, ...]:
     return tuple(PackageTime(p, self_us[p], modules[p]) for p in ranked)
 
 
+#: What the interpreter runs after ``import jax`` to start the backend: one
+#: line on stdout, after a marker, whatever else jax prints there.
+_BACKEND_MARK = "ppy-backend-start "
+_BACKEND = """
+_started = _time.perf_counter()
+try:
+    _devices = jax.devices()
+except Exception as _error:
+    _found = {"error": f"{type(_error).__name__}: {_error}".splitlines()[0]}
+else:
+    _found = {
+        "seconds": _time.perf_counter() - _started,
+        "platform": _devices[0].platform,
+        "device_kind": _devices[0].device_kind,
+        "device_count": len(_devices),
+    }
+print(_MARK + _json.dumps(_found), flush=True)
+"""
+
+
+def _backend(stdout: str, records: Sequence[ModuleImport], module: str) -> BackendStart:
+    """The backend's start as the interpreter printed it, with what it imported:
+    the lines after the timed import's own."""
+    after: tuple[ModuleImport, ...] = ()
+    for index, record in enumerate(records):
+        if record.name == module and record.depth == 0:
+            after = tuple(records[index + 1 :])
+            break
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(_BACKEND_MARK):
+            found = json.loads(line[len(_BACKEND_MARK) :])
+            if "error" in found:
+                return BackendStart(None, imports=after, error=str(found["error"]))
+            return BackendStart(
+                float(found["seconds"]),
+                str(found["platform"]),
+                str(found["device_kind"]),
+                int(found["device_count"]),
+                after,
+            )
+    return BackendStart(None, imports=after, error="the backend's start printed nothing")
+
+
 def measure(
     module: str = "jax",
     *,
     python: str = sys.executable,
     timeout: float = DEFAULT_TIMEOUT,
     cwd: Path | None = None,
+    start_backend: bool = False,
 ) -> ImportProfile:
-    """Time ``import MODULE`` in a fresh ``python -X importtime``.
+    """Time ``import MODULE`` in a fresh ``python -X importtime``; with
+    ``start_backend`` (``jax`` only), then time jax's backend start in the same
+    interpreter. ``timeout`` bounds the two together.
 
     Never raises for what the import does: a failed import, a timeout or an
-    interpreter that does not start is the profile's ``error``.
+    interpreter that does not start is the profile's ``error``; a backend
+    that does not start is the backend's, and the import's time stands.
     """
     if not _MODULE.fullmatch(module):
         raise ValueError(f"not a module name: {module!r}")
-    command = [python, "-X", "importtime", "-c", f"import {module}"]
+    if start_backend and module != "jax":
+        raise ValueError("only jax's backend can be started")
+    code = f"import {module}"
+    if start_backend:
+        # json and time come first, so that the lines after jax's are the backend's.
+        code = f"import json as _json, time as _time\n{code}\n_MARK = {_BACKEND_MARK!r}\n{_BACKEND}"
+    command = [python, "-X", "importtime", "-c", code]
     try:
         done = subprocess.run(
             command,
@@ -172,12 +253,13 @@ def measure(
             timeout=timeout,
             check=False,
         )
-    except subprocess.TimeoutExpired:
-        return ImportProfile(module, None, (), f"`import {module}` took over {timeout:g} s")
+    except subprocess.TimeoutExpired as expired:
+        return _timed_out(module, expired, timeout, start_backend)
     except OSError as error:
         return ImportProfile(module, None, (), f"could not start {python}: {error}")
-    records = imports_of(parse(done.stderr), module)
-    if done.returncode != 0:
+    everything = parse(done.stderr)
+    records = imports_of(everything, module)
+    if done.returncode != 0 and not (start_backend and records):
         return ImportProfile(module, None, records, _failure(module, done.stderr))
     if not records:
         return ImportProfile(
@@ -186,7 +268,26 @@ def measure(
             (),
             f"no -X importtime line for {module} (was it imported at interpreter start-up?)",
         )
-    return ImportProfile(module, records[-1].cumulative_us / 1e6, records)
+    backend = _backend(done.stdout, everything, module) if start_backend else None
+    if backend is not None and backend.error is None and done.returncode != 0:
+        backend = BackendStart(None, imports=backend.imports, error=_failure(module, done.stderr))
+    return ImportProfile(module, records[-1].cumulative_us / 1e6, records, backend=backend)
+
+
+def _timed_out(
+    module: str, expired: subprocess.TimeoutExpired, timeout: float, start_backend: bool
+) -> ImportProfile:
+    """What a killed interpreter had written: the import's time, where it had
+    finished, and a backend that took too long."""
+    stderr = expired.stderr
+    text = stderr.decode(errors="replace") if isinstance(stderr, bytes) else (stderr or "")
+    records = imports_of(parse(text), module)
+    if not start_backend or not records:
+        return ImportProfile(module, None, (), f"`import {module}` took over {timeout:g} s")
+    backend = BackendStart(
+        None, error=f"the backend did not start within {timeout:g} s of the interpreter's start"
+    )
+    return ImportProfile(module, records[-1].cumulative_us / 1e6, records, backend=backend)
 
 
 def _failure(module: str, stderr: str) -> str:

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# One call's work on a TPU machine with no package index, over a copy of this
+# repository that carries .whl-tpu/ (made here by benchmarks/device_wheels.sh).
+#
+#   bash benchmarks/device_session.sh bench      # doctor, then run.py --device-quick (~8 min)
+#   bash benchmarks/device_session.sh fidelity   # tests/device/run.py until its deadline (~9.5 min)
+#   bash benchmarks/device_session.sh smoke      # build and run the page's example (~1 min)
+#
+# Each part fits one call of at most 10 minutes; benchmarks/README.md says how
+# the calls go together. Every process that computes with jax runs alone, one
+# after another: one process at a time can hold the chip. What a part writes
+# goes to benchmarks/results/<accelerator>/ (tpu-v5e), which is packed with
+# the log into $OUT (results.tar.gz, session.log): unpack it into
+# benchmarks/results/ here and commit it.
+#
+# Environment: OUT (where to pack; default /tmp/ppy-device-out), PPY_DEVICE_BUDGET
+# (the call's seconds, default 570: the fidelity part stops starting tests in
+# time to pack), PPY_DEVICE_RESUME=1 (the fidelity part runs only what the
+# results it finds did not reach), INDEX (the machine's own package index).
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+PART=${1:-bench}
+OUT=${OUT:-/tmp/ppy-device-out}
+BUDGET=${PPY_DEVICE_BUDGET:-570}
+INDEX=${INDEX:-file:///opt/pypi/simple}
+VENV=${PPY_DEVICE_VENV:-/tmp/ppy-venv}
+STARTED=$(date +%s)
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/session.log") 2>&1
+
+say() { echo "[$(($(date +%s) - STARTED)) s] $*"; }
+elapsed() { echo $(($(date +%s) - STARTED)); }
+
+pack() {
+    # The results folders this call wrote (newer than its start), with the log.
+    local folders
+    folders=$(cd "$ROOT/benchmarks/results" && find . -mindepth 1 -maxdepth 1 -type d \
+        -newer "$MARK" -printf '%P\n' | sort)
+    if [ -n "$folders" ]; then
+        # shellcheck disable=SC2086
+        tar -czf "$OUT/results.tar.gz" -C "$ROOT/benchmarks/results" $folders
+        say "packed $folders into $OUT/results.tar.gz"
+    else
+        say "no results folder was written"
+    fi
+}
+
+MARK=$(mktemp)
+touch "$MARK"
+trap pack EXIT
+
+# 1. A venv that sees the machine's own packages (jax, libtpu, numpy, pytest),
+#    with ppy and what it needs from the carried wheels. PYTHONPATH and the
+#    TPU_ variables stay as the machine sets them.
+say "python3 $(python3 -c 'import platform; print(platform.python_version(), platform.libc_ver())')"
+say "PYTHONPATH=${PYTHONPATH:-}"
+python3 -m venv --system-site-packages "$VENV" >/dev/null || exit 1
+"$VENV/bin/pip" install -q --no-index --no-deps --no-compile .whl-tpu/*.whl || exit 1
+export PATH="$VENV/bin:$PATH" PYTHONUNBUFFERED=1
+# Checks that import jax and start no backend take the CPU all the same: a
+# helper never holds the chip.
+JAX_PLATFORMS=cpu python - <<'PY' || exit 1
+import jax, jaxlib, ppy, ppy_plugin_jax, ppy_runtime_pjrt, structlog
+print("jax", jax.__version__, "jaxlib", jaxlib.__version__, "ppy", ppy.__version__)
+PY
+
+# ppy build's export worker gets an allow-listed environment without
+# PYTHONPATH. Where the machine's jax is only on PYTHONPATH and the worker
+# cannot import it, the venv names PYTHONPATH's folders in a .pth file, so the
+# worker sees the jax every other process sees; the log says so.
+if ! env -i PATH="$PATH" HOME="${HOME:-/tmp}" JAX_PLATFORMS=cpu python -c "import jax" 2>/dev/null; then
+    site=$(python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    python - "$site" <<'PY'
+import os, sys
+from pathlib import Path
+folders = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+Path(sys.argv[1], "machine-pythonpath.pth").write_text("".join(f"{p}\n" for p in folders))
+PY
+    say "the export worker could not import jax without PYTHONPATH: wrote $site/machine-pythonpath.pth"
+fi
+
+case "$PART" in
+bench)
+    # doctor on the page's example, built: import jax, the backend's start
+    # (the chip's open), the artifact, the cache; then the device pass.
+    work=$(mktemp -d)
+    cp -r examples/25_jax_export "$work/page"
+    rm -rf "$work/page/.ppy"
+    say "ppy build (examples/25_jax_export)"
+    (cd "$work/page" && PPY_CACHE_DIR="$work/cache" ppy build) || say "the build failed"
+    mkdir -p "$OUT/doctor"
+    say "ppy doctor"
+    (cd "$work/page" && PPY_CACHE_DIR="$work/cache" ppy doctor) | tee "$OUT/doctor/doctor.txt"
+    (cd "$work/page" && PPY_CACHE_DIR="$work/cache" ppy doctor --json) >"$OUT/doctor/doctor.json"
+    say "benchmarks: run.py --device-quick"
+    python benchmarks/run.py --device-quick --no-readme
+    status=$?
+    # doctor's report lives beside the run's results.
+    for folder in benchmarks/results/*/; do
+        if [ "$folder" -nt "$MARK" ]; then cp "$OUT"/doctor/doctor.* "$folder"; fi
+    done
+    say "bench part done (exit $status)"
+    ;;
+fidelity)
+    # The model libraries the selected tests import, from the machine's own
+    # index, into the venv (the export worker imports them too), with the
+    # machine's jax, jaxlib and numpy held where they are.
+    constraints=$(mktemp)
+    python - >"$constraints" <<'PY'
+from importlib import metadata
+for name in ("jax", "jaxlib", "numpy", "ml_dtypes", "scipy"):
+    try:
+        print(f"{name}=={metadata.version(name)}")
+    except metadata.PackageNotFoundError:
+        pass
+PY
+    say "model libraries from $INDEX (constraints: $(tr '\n' ' ' <"$constraints"))"
+    PIP_CONFIG_FILE=/dev/null "$VENV/bin/pip" install -q --isolated --only-binary=:all: \
+        --index-url "$INDEX" -c "$constraints" optax flax jaxtyping ||
+        say "the model libraries did not install: their tests are left out"
+    resume=()
+    if [ "${PPY_DEVICE_RESUME:-0}" = 1 ]; then resume=(--resume); fi
+    # Start no test after this: the longest (an example: python, build,
+    # ppy run, ppy run --warm, each opening the chip) takes about 90 s, and
+    # packing a few.
+    deadline=$((BUDGET - $(elapsed) - 100))
+    say "tests/device/run.py --deadline $deadline ${resume[*]}"
+    python tests/device/run.py --deadline "$deadline" "${resume[@]}"
+    say "fidelity part done (exit $?)"
+    ;;
+smoke)
+    work=$(mktemp -d)
+    cp -r examples/25_jax_export "$work/page"
+    rm -rf "$work/page/.ppy"
+    cd "$work/page" || exit 1
+    python model.ppy >python.out
+    PPY_CACHE_DIR="$work/cache" ppy build
+    PPY_CACHE_DIR="$work/cache" ppy -v run model.ppy >ppy.out
+    if cmp -s python.out ppy.out; then say "same output: $(tr '\n' ' ' <ppy.out)"; else
+        say "OUTPUTS DIFFER"
+        diff python.out ppy.out
+    fi
+    ;;
+*)
+    echo "usage: $0 bench|fidelity|smoke" >&2
+    exit 2
+    ;;
+esac
