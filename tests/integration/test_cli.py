@@ -144,3 +144,73 @@ def test_build_json_logs_one_object_per_event(built_examples: Built) -> None:
     decisions = [e for e in events if e["event"] == "build.decision"]
     assert {e["function"] for e in decisions} == {"normalize", "score"}
     assert all(e["reason"] and e["outcome"] for e in decisions)
+
+
+#: An ``@xla.jit`` function of sixteen parameters: a build line longer than a
+#: terminal, built in-process by the xla plugin (no jax, no worker).
+WIDE = """\
+from ppy import xla
+
+
+@xla.jit
+def wide({params}) -> int:
+    n = a0 + a15
+    while n > 1:
+        n -= 1
+    return n
+
+
+print(wide(*range(16)))
+""".format(params=", ".join(f"a{i}: int" for i in range(16)))
+WIDE_SIGNATURE = "wide(" + ", ".join(f"a{i}: int64[]" for i in range(16)) + ")"
+WIDE_SIGNATURE += " -> (int64[], bool[])"
+
+
+def _stdout_on_a_terminal(args: list[str], env: dict[str, str]) -> str:
+    """What ``ppy ARGS`` prints when its stdout is a terminal."""
+    import os
+    import pty
+
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ppy", *args],
+        stdout=follower,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **env},
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 1 << 16)
+        except OSError:  # EIO: the terminal's other end closed
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert process.wait(timeout=120) == 0
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def test_a_build_line_is_whole_in_a_pipe_and_fits_a_terminal(
+    make_project: Callable[..., Path], ppy: Run, cache_dir: Path
+) -> None:
+    """Whatever ``COLUMNS`` says, a pipe gets the whole line; a terminal gets
+    a line that fits it, and where to read the whole one."""
+    root = make_project({"model.ppy": WIDE}, pyproject='[project]\nname = "wide"\n')
+    env = {"COLUMNS": "120", "PPY_CACHE_DIR": str(cache_dir)}
+    shown = _stdout_on_a_terminal(["build", str(root)], env).splitlines()
+    (line,) = [ln for ln in shown if " wide " in ln]
+    assert len(line) <= 120 and line.endswith("  compiled for cpu"), line
+    assert "wide(a0: int64[]" in line and "..." in line, line
+    note = shown[shown.index(line) + 1]
+    assert note == "(signatures cut to fit 120 columns: `ppy explain NAME` shows one whole)"
+
+    piped = ppy("build", str(root), COLUMNS="80")
+    assert piped.returncode == 0, piped.stderr
+    (line,) = [ln for ln in piped.stdout.splitlines() if " wide " in ln]
+    assert f"  {WIDE_SIGNATURE}  unchanged since the last build" in line, line
+    assert "ppy explain" not in piped.stdout
+    explained = ppy("explain", "wide", str(root))
+    assert f"signature: {WIDE_SIGNATURE}" in explained.stdout

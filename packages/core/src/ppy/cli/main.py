@@ -301,7 +301,7 @@ def _build(args: argparse.Namespace) -> int:
     if not path.exists():
         raise UsageError(f"{path}: no such file or folder", remedy="give a project folder")
     result = build(path)
-    for line in build_lines(result.decisions, result.project.plugins):
+    for line in build_lines(result.decisions, result.project.plugins, width=_columns()):
         print(line)
     counts = {
         o: sum(d.outcome.value == o for d in result.decisions)
@@ -321,6 +321,16 @@ def _build(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def _columns() -> int | None:
+    """The terminal's width where stdout is one (``COLUMNS`` first, as
+    ``shutil`` reads it); None for a pipe or a file, which get whole lines."""
+    if sys.stdout is None or not sys.stdout.isatty():  # None: started with stdout closed
+        return None
+    import shutil
+
+    return shutil.get_terminal_size().columns
 
 
 def _run(args: argparse.Namespace, argv: list[str], warm: bool | None) -> int | Program:
