@@ -214,3 +214,67 @@ def test_a_build_line_is_whole_in_a_pipe_and_fits_a_terminal(
     assert "ppy explain" not in piped.stdout
     explained = ppy("explain", "wide", str(root))
     assert f"signature: {WIDE_SIGNATURE}" in explained.stdout
+
+
+def _help(*args: str) -> str:
+    shown = subprocess.run(
+        [sys.executable, "-m", "ppy", *args, "--help"], capture_output=True, text=True, check=False
+    )
+    assert shown.returncode == 0, shown.stderr
+    return " ".join(shown.stdout.split())  # argparse wraps to the terminal
+
+
+def test_ppy_help_names_the_exit_codes_and_the_page_of_environment_variables() -> None:
+    shown = _help()
+    assert "docs/environment.md" in shown
+    assert "Exit codes: 0" in shown and "the program's own exit status" in shown
+
+
+def test_record_help_says_which_jitted_functions_it_records() -> None:
+    """Not only module-level ones: jits made inside functions, ``f = jax.jit(g)``,
+    under the main guard (docs/recording.md)."""
+    shown = _help("record")
+    assert "module-level jax.jit functions" not in shown
+    assert "inside functions" in shown and "main guard" in shown and "jax.jit(...)" in shown
+
+
+def test_server_and_cache_actions_are_described_and_named_as_in_the_usage() -> None:
+    server = _help("server")
+    assert "status" in server and "stop" in server and "ACTION" in server
+    assert "each warm server of this user" in _help("server", "status")
+    assert "--all" in _help("server", "stop")
+    cache = _help("cache")
+    assert "show" in cache and "(the default)" in cache and "clear" in cache
+    for command in ("server", "cache"):
+        wrong = subprocess.run(
+            [sys.executable, "-m", "ppy", command, "bogus"], capture_output=True, text=True
+        )
+        assert wrong.returncode == 2
+        usage, *_, error = wrong.stderr.strip().splitlines()
+        assert "ACTION" in usage and "argument ACTION: invalid choice: 'bogus'" in error
+
+
+def test_inspect_json_help_says_what_it_prints() -> None:
+    shown = _help("inspect")
+    assert "manifest.json" in shown and "every decision" in shown
+
+
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [
+        ("build", "each function's decision"),
+        ("run", "bind"),
+        ("record", "recorded"),
+        ("plugins", "no events of its own"),
+        ("cache", "no events of its own"),
+        ("server", "no events of its own"),
+        ("inspect", "no events of its own"),
+    ],
+)
+def test_the_verbose_flag_says_what_it_shows_for_each_command(command: str, says: str) -> None:
+    shown = _help(command)
+    verbose = shown[shown.index("-v, --verbose") :]
+    verbose = verbose[: verbose.index("-q, --quiet")]
+    assert says in verbose, verbose
+    if command != "run":
+        assert "fallback" not in verbose, verbose
