@@ -204,3 +204,50 @@ def test_no_color_is_what_the_docs_say_it_is(
     finally:
         os.close(leader)
         os.close(follower)
+
+
+#: The configurations behind each error config.md shows, in its order.
+CONFIG_ERRORS = (
+    '[tool.ppy]\nbuild-execution "allow"\n',
+    '[tool.ppy]\nbuild_execution = "allow"\n',
+    "[tool.ppy]\nbuild-execution = true\n",
+    '[tool.ppy]\nbuild-execution = "yes"\n',
+    '[tool.ppy]\nplugins = ["jax"]\n',
+    "[tool.ppy.plugins]\njax = true\n",
+)
+
+
+def test_the_configuration_errors_config_md_shows_are_what_ppy_says(tmp_path: Path) -> None:
+    from ppy.config import load_config
+    from ppy.errors import ConfigError
+
+    text = (ROOT / "docs" / "config.md").read_text()
+    section = text[text.index("## Errors") :]
+    shown = section[section.index("```\n") + 4 :]
+    shown = shown[: shown.index("```")].splitlines()
+    said = []
+    for pyproject in CONFIG_ERRORS:
+        (tmp_path / "pyproject.toml").write_text(pyproject)
+        with pytest.raises(ConfigError) as raised:
+            load_config(tmp_path)
+        message = str(raised.value).splitlines()[0]
+        said.append(message.replace(str(tmp_path / "pyproject.toml"), "/p/pyproject.toml"))
+    assert shown == said
+
+
+_FENCED = re.compile(r"^```.*?^```", re.S | re.M)
+
+
+@pytest.mark.parametrize(
+    "page",
+    sorted(str(p.relative_to(ROOT)) for p in [*(ROOT / "docs").glob("*.md"), ROOT / "README.md"])
+    + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "examples").glob("*/README.md")),
+)
+def test_no_table_is_broken_by_a_blank_line(page: str) -> None:
+    """A row after a blank line starts a new table, which needs a header and a
+    separator: without them the row renders as stray pipes."""
+    lines = _FENCED.sub("", (ROOT / page).read_text()).splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("|") and (i == 0 or not lines[i - 1].strip()):
+            following = lines[i + 1] if i + 1 < len(lines) else ""
+            assert re.fullmatch(r"\|(\s*:?-+:?\s*\|)+", following.strip()), (page, line)
