@@ -58,4 +58,3 @@ def test_build_project_without_a_previous_artifact_stages_again(
     assert [m.stage_keys for m in again.artifact.modules] == [
         {"xla": again.artifact.modules[0].stage_keys["xla"]}
     ]
-
