@@ -58,19 +58,3 @@ def test_build_project_without_a_previous_artifact_stages_again(
     assert [m.stage_keys for m in again.artifact.modules] == [
         {"xla": again.artifact.modules[0].stage_keys["xla"]}
     ]
-
-
-def test_a_long_signature_is_clipped_on_the_build_line() -> None:
-    """A pytree of a thousand leaves would pad every line of the table to its width."""
-    from ppy.cli.report import SIGNATURE_WIDTH, build_lines
-    from ppy.decision import Decision
-    from ppy.registry import Registry
-
-    leaves = ", ".join(f"p{i}: float32[4]" for i in range(1000))
-    decisions = [
-        Decision("m", name, "m.ppy:1", Outcome.STAYS, "r", "why", None, "jax", None, signature)
-        for name, signature in (("big", f"big({leaves})"), ("small", "small(x: float32[4])"))
-    ]
-    big, small = build_lines(decisions, Registry())
-    assert len(small) < SIGNATURE_WIDTH + 40 and "small(x: float32[4])" in small
-    assert "big(p0: float32[4], p1" in big and " ...)" in big

@@ -144,3 +144,137 @@ def test_build_json_logs_one_object_per_event(built_examples: Built) -> None:
     decisions = [e for e in events if e["event"] == "build.decision"]
     assert {e["function"] for e in decisions} == {"normalize", "score"}
     assert all(e["reason"] and e["outcome"] for e in decisions)
+
+
+#: An ``@xla.jit`` function of sixteen parameters: a build line longer than a
+#: terminal, built in-process by the xla plugin (no jax, no worker).
+WIDE = """\
+from ppy import xla
+
+
+@xla.jit
+def wide({params}) -> int:
+    n = a0 + a15
+    while n > 1:
+        n -= 1
+    return n
+
+
+print(wide(*range(16)))
+""".format(params=", ".join(f"a{i}: int" for i in range(16)))
+WIDE_SIGNATURE = "wide(" + ", ".join(f"a{i}: int64[]" for i in range(16)) + ")"
+WIDE_SIGNATURE += " -> (int64[], bool[])"
+
+
+def _stdout_on_a_terminal(args: list[str], env: dict[str, str]) -> str:
+    """What ``ppy ARGS`` prints when its stdout is a terminal."""
+    import os
+    import pty
+
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ppy", *args],
+        stdout=follower,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **env},
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 1 << 16)
+        except OSError:  # EIO: the terminal's other end closed
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert process.wait(timeout=120) == 0
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def test_a_build_line_is_whole_in_a_pipe_and_fits_a_terminal(
+    make_project: Callable[..., Path], ppy: Run, cache_dir: Path
+) -> None:
+    """Whatever ``COLUMNS`` says, a pipe gets the whole line; a terminal gets
+    a line that fits it, and where to read the whole one."""
+    root = make_project({"model.ppy": WIDE}, pyproject='[project]\nname = "wide"\n')
+    env = {"COLUMNS": "120", "PPY_CACHE_DIR": str(cache_dir)}
+    shown = _stdout_on_a_terminal(["build", str(root)], env).splitlines()
+    (line,) = [ln for ln in shown if " wide " in ln]
+    assert len(line) <= 120 and line.endswith("  compiled for cpu"), line
+    assert "wide(a0: int64[]" in line and "..." in line, line
+    note = shown[shown.index(line) + 1]
+    assert note == "(signatures cut to fit 120 columns: `ppy explain NAME` shows one whole)"
+
+    piped = ppy("build", str(root), COLUMNS="80")
+    assert piped.returncode == 0, piped.stderr
+    (line,) = [ln for ln in piped.stdout.splitlines() if " wide " in ln]
+    assert f"  {WIDE_SIGNATURE}  unchanged since the last build" in line, line
+    assert "ppy explain" not in piped.stdout
+    explained = ppy("explain", "wide", str(root))
+    assert f"signature: {WIDE_SIGNATURE}" in explained.stdout
+
+
+def _help(*args: str) -> str:
+    shown = subprocess.run(
+        [sys.executable, "-m", "ppy", *args, "--help"], capture_output=True, text=True, check=False
+    )
+    assert shown.returncode == 0, shown.stderr
+    return " ".join(shown.stdout.split())  # argparse wraps to the terminal
+
+
+def test_ppy_help_names_the_exit_codes_and_the_page_of_environment_variables() -> None:
+    shown = _help()
+    assert "docs/environment.md" in shown
+    assert "Exit codes: 0" in shown and "the program's own exit status" in shown
+
+
+def test_record_help_says_which_jitted_functions_it_records() -> None:
+    """Not only module-level ones: jits made inside functions, ``f = jax.jit(g)``,
+    under the main guard (docs/recording.md)."""
+    shown = _help("record")
+    assert "module-level jax.jit functions" not in shown
+    assert "inside functions" in shown and "main guard" in shown and "jax.jit(...)" in shown
+
+
+def test_server_and_cache_actions_are_described_and_named_as_in_the_usage() -> None:
+    server = _help("server")
+    assert "status" in server and "stop" in server and "ACTION" in server
+    assert "each warm server of this user" in _help("server", "status")
+    assert "--all" in _help("server", "stop")
+    cache = _help("cache")
+    assert "show" in cache and "(the default)" in cache and "clear" in cache
+    for command in ("server", "cache"):
+        wrong = subprocess.run(
+            [sys.executable, "-m", "ppy", command, "bogus"], capture_output=True, text=True
+        )
+        assert wrong.returncode == 2
+        usage, *_, error = wrong.stderr.strip().splitlines()
+        assert "ACTION" in usage and "argument ACTION: invalid choice: 'bogus'" in error
+
+
+def test_inspect_json_help_says_what_it_prints() -> None:
+    shown = _help("inspect")
+    assert "manifest.json" in shown and "every decision" in shown
+
+
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [
+        ("build", "each function's decision"),
+        ("run", "bind"),
+        ("record", "recorded"),
+        ("plugins", "no events of its own"),
+        ("cache", "no events of its own"),
+        ("server", "no events of its own"),
+        ("inspect", "no events of its own"),
+    ],
+)
+def test_the_verbose_flag_says_what_it_shows_for_each_command(command: str, says: str) -> None:
+    shown = _help(command)
+    verbose = shown[shown.index("-v, --verbose") :]
+    verbose = verbose[: verbose.index("-q, --quiet")]
+    assert says in verbose, verbose
+    if command != "run":
+        assert "fallback" not in verbose, verbose

@@ -10,6 +10,7 @@ installed for real with pip and used by a project of its own.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -17,6 +18,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,7 @@ from tests.conftest import (
     cpu_backend,
     models,
     pip_install_target,
+    run_ppy,
     stop_servers,
     uses_host_devices,
     uses_model_library,
@@ -96,22 +99,56 @@ def test_every_numbered_example_has_a_readme_and_a_pyproject() -> None:
         assert "python model.ppy" in readme and "ppy run model.ppy" in readme, folder
 
 
+@dataclass(frozen=True)
+class ExampleRun:
+    """An example built for the session, copied, and run once with ``ppy -vv
+    --log-format json run model.ppy``, cold, with a cache of its own."""
+
+    folder: Path
+    cache: Path
+    staged: subprocess.CompletedProcess[str]
+
+    def ppy(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return run_ppy(*args, cwd=self.folder, env={"PPY_CACHE_DIR": str(self.cache)})
+
+
+@pytest.fixture(scope="module")
+def example_runs(
+    built_examples: Callable[[str], BuiltExample], tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], ExampleRun]:
+    """``example_runs(name)``: the example's first ``ppy run``, made once for
+    the tests of this file that read it (what it prints, what it logs)."""
+    runs: dict[str, ExampleRun] = {}
+
+    def get(name: str) -> ExampleRun:
+        if name not in runs:
+            base = tmp_path_factory.mktemp(f"run-{name}")
+            folder = built_examples(name).copy(base)
+            cache = base / "cache"
+            # -vv: the cache events are debug events.
+            staged = run_ppy(
+                "-vv", "--log-format", "json", "run", "model.ppy",
+                cwd=folder, env={"PPY_CACHE_DIR": str(cache)},
+            )  # fmt: skip
+            runs[name] = ExampleRun(folder, cache, staged)
+        return runs[name]
+
+    return get
+
+
 @pytest.mark.parametrize("example", EACH)
 def test_ppy_run_prints_what_python_prints(
     example: Path,
-    tmp_path: Path,
-    ppy: Callable[..., subprocess.CompletedProcess[str]],
     built_examples: Callable[[str], BuiltExample],
-    cache_dir: Path,
+    example_runs: Callable[[str], ExampleRun],
 ) -> None:
     shared = built_examples(example.name)
     plain, built = shared.plain, shared.build
     assert plain.returncode == 0, plain.stderr
     assert built.returncode == 0, built.stdout + built.stderr
-    folder = shared.copy(tmp_path)
-    program = folder / "model.ppy"
-    # -vv: the cache events are debug events.
-    staged = ppy("-vv", "--log-format", "json", "run", "model.ppy", cwd=folder)
+    run = example_runs(example.name)
+    program = run.folder / "model.ppy"
+    staged = run.staged
     assert staged.returncode == 0, staged.stderr
     assert staged.stdout == plain.stdout
     assert _bound(staged.stderr), "nothing was staged and bound"
@@ -123,9 +160,9 @@ def test_ppy_run_prints_what_python_prints(
     # (eager ops, unstaged jits) is loaded from the cache; an eager op is not
     # even lowered. A quiet run prints the warnings: this one has none.
     try:
-        warm = ppy("-vv", "--log-format", "json", "run", "--warm", "model.ppy", cwd=folder)
+        warm = run.ppy("-vv", "--log-format", "json", "run", "--warm", "model.ppy")
     finally:
-        stop_servers(cache_dir)
+        stop_servers(run.cache)
     assert warm.stdout == plain.stdout
     loud = [e for e in _events(warm.stderr, "") if e["level"] not in ("debug", "info")]
     assert not loud, "a run with a current artifact should say nothing"
@@ -138,6 +175,107 @@ def test_ppy_run_prints_what_python_prints(
         assert compiled and any(not e["lowered"] for e in loaded), loaded
     readme = (example / "README.md").read_text()
     assert plain.stdout.strip() in readme, "the README shows what the example prints"
+
+
+#: An outcome word between the columns of a build line.
+_OUTCOME = re.compile(
+    r"(?:^|\S {2,})(?:exported|compiled|tabulated|reused|stays)(?: {2,}| \.\.\.|$)"
+)
+#: An event as the console shows it: ``run.fallback category=dtype reason='...'``.
+_EVENT = re.compile(
+    r"((?:build|run|record|cache|registry)\.[a-z_]+)((?: [a-z_]+=(?:'[^']*'|\"[^\"]*\"|\S+))*)"
+)
+_FIELD = re.compile(r" ([a-z_]+)=('[^']*'|\"[^\"]*\"|\S+)")
+_FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
+
+
+def _quotes(text: str) -> tuple[list[str], list[str]]:
+    """The build lines and the log events a page quotes: inline code, and
+    comments after a command in a code block (``ppy build  # model  f  ...``)."""
+    comments = [
+        line.split("#", 1)[1].strip()
+        for block in _FENCE.findall(text)
+        for line in block.splitlines()
+        if line.startswith(("ppy ", "$ ppy ")) and "#" in line
+    ]
+    spans = [" ".join(s.split("\n")) for s in re.findall(r"`([^`]+)`", _FENCE.sub("", text))]
+    spans += comments
+    lines = [s for s in spans if "  " in s and _OUTCOME.search(s)]
+    events = [s for s in spans if _EVENT.fullmatch(s)]
+    return lines, events
+
+
+def _printed(quote: str, lines: list[str]) -> bool:
+    """Whether a line printed holds ``quote``, ``...`` standing for anything."""
+    pieces = " ".join(quote.split()).split("...")
+    pattern = re.compile(".*?".join(re.escape(p) for p in pieces))
+    return any(pattern.search(" ".join(line.split())) for line in lines)
+
+
+def _logged(quote: str, events: list[dict[str, object]]) -> bool:
+    """Whether an event has the quoted name and every quoted field's value."""
+    match = _EVENT.fullmatch(quote)
+    assert match is not None
+    fields = {
+        key: ast.literal_eval(value) if value[0] in "'\"" else value
+        for key, value in _FIELD.findall(match.group(2))
+    }
+    return any(
+        e["event"] == match.group(1)
+        and all(k in e and str(v) in (str(e[k]), json.dumps(e[k])) for k, v in fields.items())
+        for e in events
+    )
+
+
+#: Events a README quotes of a situation its example's own run never meets
+#: (another input, another install), and the test that meets it: its source
+#: holds the quoted values.
+ELSEWHERE = {
+    ("50_runtime_only", "run.stale"): "tests/runtime_only/check.py",
+    ("60_sharded", "run.fallback category=sharding"): "tests/fidelity/test_sharded.py",
+    (
+        "71_optax_training",
+        "run.fallback category=dtype reason=\"params['w'] is a weakly typed float32 (made from "
+        'a Python scalar)"',
+    ): "tests/programs/test_scalars.py::"
+    "test_a_weakly_typed_leaf_in_a_call_of_a_strongly_typed_example_takes_jits_path",
+}
+
+
+def _pinned(quote: str, where: str) -> bool:
+    path, _, name = where.partition("::")
+    source = (ROOT / path).read_text()
+    match = _EVENT.fullmatch(quote)
+    assert match is not None
+    values = [v.strip("'\"") for _, v in _FIELD.findall(match.group(2))] or [match.group(1)]
+    return (not name or f"def {name}(" in source) and all(v in source for v in values)
+
+
+@pytest.mark.parametrize("example", EACH)
+def test_the_readme_quotes_what_ppy_prints(
+    example: Path,
+    built_examples: Callable[[str], BuiltExample],
+    example_runs: Callable[[str], ExampleRun],
+) -> None:
+    """Every build line and log event an example's README quotes is one the
+    example's build (``ppy build``, ``ppy -v build``) or its ``ppy -v run``
+    printed; ``...`` in a quote stands for what it leaves out."""
+    lines, events = _quotes((example / "README.md").read_text())
+    build = built_examples(example.name).build
+    wrong = [q for q in lines if not _printed(q, build.stdout.splitlines())]
+    for quote in events:
+        where = ELSEWHERE.get((example.name, quote))
+        if where is not None:
+            if not _pinned(quote, where):
+                wrong.append(f"{quote} (not what {where} checks)")
+            continue
+        if quote.startswith("build."):
+            logged = _events(build.stderr, "")
+        else:
+            logged = _events(example_runs(example.name).staged.stderr, "")
+        if not _logged(quote, logged):
+            wrong.append(quote)
+    assert not wrong, "the README quotes what ppy does not print:\n" + "\n".join(wrong)
 
 
 def _staged(report: str) -> set[str]:
@@ -194,6 +332,8 @@ def test_the_third_party_plugin_example_installs_builds_and_runs(
     assert built.returncode == 0, built.stdout + built.stderr
     line = next(ln for ln in built.stdout.splitlines() if " collatz_steps " in ln)
     assert "tabulated" in line and "tabulate.table" in line, line
+    quoted, _ = _quotes((source / "README.md").read_text())
+    assert quoted and all(_printed(q, built.stdout.splitlines()) for q in quoted), quoted
     staged = ppy("-v", "--log-format", "json", "run", "model.ppy", cwd=project, **env)
     assert staged.returncode == 0, staged.stderr
     assert staged.stdout == plain.stdout
@@ -203,3 +343,33 @@ def test_the_third_party_plugin_example_installs_builds_and_runs(
     denied = ppy("build", cwd=project, **env)
     assert " stays " in denied.stdout, denied.stdout
     assert 'build-execution is not "allow"' in denied.stdout, denied.stdout
+
+
+#: Docs pages that show an example's build: the example, and whether the page
+#: shows the whole output (``$ ppy build`` and every line after it) or some lines.
+DOC_BUILDS = {
+    "getting-started.md": ("25_jax_export", "whole"),
+    "plugin-xla.md": ("40_xla_scalar", "lines"),
+}
+
+
+@pytest.mark.parametrize("page", sorted(DOC_BUILDS))
+def test_the_docs_show_what_the_examples_build_prints(
+    page: str, built_examples: Callable[[str], BuiltExample]
+) -> None:
+    name, how = DOC_BUILDS[page]
+    shared = built_examples(name)
+    printed = shared.build.stdout.replace(str(shared.folder), f"/path/to/examples/{name}")
+    blocks = [
+        block.splitlines()
+        for block in _FENCE.findall((ROOT / "docs" / page).read_text())
+        if block.startswith("$ ppy build\n")
+        or any(_OUTCOME.search(ln) for ln in block.splitlines())
+    ]
+    assert blocks, f"docs/{page} shows no build of {name}"
+    for block in blocks:
+        if how == "whole":
+            assert block == ["$ ppy build", *printed.splitlines()]
+        else:  # a line out of the table: its columns padded for itself alone
+            shown = {" ".join(line.split()) for line in printed.splitlines()}
+            assert {" ".join(line.split()) for line in block} <= shown, block

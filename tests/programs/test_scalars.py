@@ -115,3 +115,49 @@ def test_a_weakly_typed_leaf_of_the_example_gets_a_variant_of_its_own(tmp_path: 
     assert "True bfloat16" in compared.python.stdout
     assert compared.bound() == {"step"} and compared.staged_calls("step") == 4
     assert not compared.fallbacks()
+
+
+STRONG_EXAMPLE = """\
+from typing import Annotated, Any
+
+import jax
+import jax.numpy as jnp
+
+import ppy
+
+
+def init_params():
+    # Explicit dtypes, as examples/71_optax_training builds its example.
+    return {"w": jnp.full((4, 1), 0.1, jnp.float32), "b": jnp.zeros(1, jnp.float32)}
+
+
+Params = Annotated[Any, ppy.Like(init_params)]
+
+
+@jax.jit
+def step(params: Params) -> Any:
+    # b is float32, so w comes back float32 whatever w came in as (as an
+    # optimizer's update makes it).
+    return {"w": params["w"] * 0.5 + params["b"] + 1.0, "b": params["b"] - params["w"].sum()}
+
+
+params = {"w": jnp.full((4, 1), 0.1), "b": jnp.zeros(1, jnp.float32)}  # w weakly typed
+for _ in range(3):
+    params = step(params)
+    print(params["w"].weak_type, [round(float(v), 4) for v in params["w"][:, 0]])
+"""
+
+
+def test_a_weakly_typed_leaf_in_a_call_of_a_strongly_typed_example_takes_jits_path(
+    tmp_path: Path,
+) -> None:
+    """What examples/71_optax_training/README.md says: the export was traced
+    with the example's float32 leaves; the first call, whose w is weak, takes
+    the jitted path, and the calls after it, whose w is the float32 the step
+    returned, are staged."""
+    root = project(tmp_path / "p", {"model.ppy": STRONG_EXAMPLE})
+    compared = differential(root, cache=tmp_path / "c")
+    assert compared.bound() == {"step"} and compared.staged_calls("step") == 2
+    (fallback,) = compared.fallbacks()
+    assert fallback["category"] == "dtype"
+    assert fallback["reason"] == "params['w'] is a weakly typed float32 (made from a Python scalar)"

@@ -25,16 +25,23 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 
-def _common() -> argparse.ArgumentParser:
+#: What ``-v`` shows, by command: each logs its own events (docs/logging.md).
+_VERBOSE = {
+    None: "more log events on stderr: what -v shows for the command (-vv: debug events too)",
+    "build": "show each function's decision and the staging steps (-vv: debug events too)",
+    "run": "show the binds, the fallbacks and every staged call's path (-vv: cache events too)",
+    "record": "show what was recorded and where it was written (-vv: debug events too)",
+}
+
+
+def _common(command: str | None = None) -> argparse.ArgumentParser:
+    """The logging options every command takes, before or after its name."""
+    verbose = _VERBOSE.get(
+        command, f"accepted, but ppy {command} has no events of its own beyond warnings"
+    )
     common = argparse.ArgumentParser(add_help=False)
     group = common.add_argument_group("logging")
-    group.add_argument(
-        "-v",
-        "--verbose",
-        action="count",
-        default=argparse.SUPPRESS,
-        help="show decision, bind and fallback events (-vv: debug events too)",
-    )
+    group.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help=verbose)
     group.add_argument(
         "-q",
         "--quiet",
@@ -52,18 +59,21 @@ def _common() -> argparse.ArgumentParser:
 
 
 def _parser() -> argparse.ArgumentParser:
-    common = _common()
     parser = argparse.ArgumentParser(
         prog="ppy",
         description="Stage JAX functions at build time and run them through PJRT.",
-        parents=[common],
+        epilog="Exit codes: 0 success; 1 the build failed, or an artifact could not be read; "
+        "2 bad usage or bad configuration; ppy run and ppy record exit with the program's "
+        "own exit status. The environment variables ppy reads are listed in "
+        "docs/environment.md; `ppy COMMAND --help` describes each command.",
+        parents=[_common()],
     )
     parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     build = commands.add_parser(
         "build",
-        parents=[common],
+        parents=[_common("build")],
         help="stage what can be staged and write the artifact",
         description="Read the project's .ppy files, decide function by function what can be "
         "staged, stage it, and write one artifact. Prints one line per candidate function.",
@@ -83,7 +93,7 @@ def _parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser(
         "run",
-        parents=[common],
+        parents=[_common("run")],
         help="run a program with its staged functions in place",
         description="Run FILE as `python FILE ARGS...` would, with each staged function bound "
         "in place of the original. Builds first when the artifact is missing or stale.",
@@ -106,12 +116,14 @@ def _parser() -> argparse.ArgumentParser:
 
     record = commands.add_parser(
         "record",
-        parents=[common],
+        parents=[_common("record")],
         help="run a program and write down the signatures of its jitted calls",
         description="Run FILE as `python FILE ARGS...` would, on the original jitted path, "
-        "and write the signatures of every call of the project's module-level jax.jit "
-        "functions to .ppy/signatures.json (merged with what is there). `ppy build` then "
-        "stages each recorded function as if its inputs were annotated (docs/recording.md).",
+        "and write the signature of every call of the project's jax.jit functions to "
+        ".ppy/signatures.json (merged with what is there): decorated or made by "
+        "`f = jax.jit(...)`, at module level, inside functions or under the main guard, in "
+        "the project's .ppy modules. `ppy build` then stages each recorded function as if "
+        "its inputs were annotated (docs/recording.md).",
     )
     record.add_argument(
         "--replace", action="store_true", help="start the file afresh instead of merging"
@@ -124,16 +136,21 @@ def _parser() -> argparse.ArgumentParser:
 
     inspect = commands.add_parser(
         "inspect",
-        parents=[common],
+        parents=[_common("inspect")],
         help="print an artifact's manifest, entries and signatures",
         description="Validate an artifact and print what it holds.",
     )
     inspect.add_argument("artifact", type=Path, metavar="ARTIFACT")
-    inspect.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    inspect.add_argument(
+        "--json",
+        action="store_true",
+        help="print the artifact's manifest.json as it holds it: the header, the modules, "
+        "each entry with its members and signature, and every decision (docs/artifact.md)",
+    )
 
     explain = commands.add_parser(
         "explain",
-        parents=[common],
+        parents=[_common("explain")],
         help="print the decision trail for one function",
         description="Print every rule evaluated for a function and the one that decided.",
     )
@@ -150,27 +167,39 @@ def _parser() -> argparse.ArgumentParser:
 
     server = commands.add_parser(
         "server",
-        parents=[common],
+        parents=[_common("server")],
         help="show or stop the warm-start servers",
         description="The resident servers `ppy run --warm` starts, one per key "
-        "(docs/warm-start.md).",
+        "(docs/warm-start.md): show them or stop them.",
     )
-    server.add_argument("action", choices=("status", "stop"))
-    server.add_argument("--json", action="store_true", help="status: print JSON")
-    server.add_argument(
-        "--all", action="store_true", help="stop: every server, not only this project's"
+    actions = server.add_subparsers(dest="action", metavar="ACTION", required=True, title="actions")
+    status = actions.add_parser(
+        "status",
+        parents=[_common("server")],
+        help="each warm server of this user: key, pid, age, runs served, memory",
+        description="Ask each warm server of this user for its key, pid, age, runs served "
+        "and running, resident memory and open files.",
     )
-    server.add_argument(
+    status.add_argument("--json", action="store_true", help="print one JSON object per server")
+    stop = actions.add_parser(
+        "stop",
+        parents=[_common("server")],
+        help="stop the servers of a project (--all: every one)",
+        description="Stop the warm servers of the project at PATH (--all: every server of "
+        "this user); each stops listening at once and exits when its runs have ended.",
+    )
+    stop.add_argument("--all", action="store_true", help="every server, not only this project's")
+    stop.add_argument(
         "path",
         nargs="?",
         default=".",
         type=Path,
-        help="stop: the project folder or a file in it (default: .)",
+        help="the project folder or a file in it (default: .)",
     )
 
     commands.add_parser(
         "plugins",
-        parents=[common],
+        parents=[_common("plugins")],
         help="list installed plugins and runtimes",
         description="List the distributions registered under ppy.plugins and ppy.runtimes, "
         "their versions, and whether each loaded.",
@@ -178,15 +207,30 @@ def _parser() -> argparse.ArgumentParser:
 
     cache = commands.add_parser(
         "cache",
-        parents=[common],
+        parents=[_common("cache")],
         help="show or clear the compiled-executable cache",
-        description="The per-user cache of compiled executables (never part of an artifact).",
+        description="The per-user cache of compiled executables (never part of an "
+        "artifact). Without an ACTION, show.",
     )
-    cache.add_argument("action", nargs="?", choices=("show", "clear"), default="show")
+    cache_actions = cache.add_subparsers(dest="action", metavar="ACTION", title="actions")
+    cache_actions.add_parser(
+        "show",
+        parents=[_common("cache")],
+        help="where the cache is and what it holds (the default)",
+        description="Where the cache is, and its staged executables and unstaged "
+        "computations (eager ops, fallbacks), with their sizes.",
+    )
+    cache_actions.add_parser(
+        "clear",
+        parents=[_common("cache")],
+        help="remove every cached executable",
+        description="Remove every cached executable, staged and unstaged; each is compiled "
+        "again when next needed.",
+    )
 
     doctor = commands.add_parser(
         "doctor",
-        parents=[common],
+        parents=[_common("doctor")],
         help="show where a program's start-up goes",
         description="Time `import jax` in a fresh interpreter, name installed versions known "
         "to be slow with their remedy, and show the artifact's freshness, what it stages and "
@@ -301,7 +345,7 @@ def _build(args: argparse.Namespace) -> int:
     if not path.exists():
         raise UsageError(f"{path}: no such file or folder", remedy="give a project folder")
     result = build(path)
-    for line in build_lines(result.decisions, result.project.plugins):
+    for line in build_lines(result.decisions, result.project.plugins, width=_columns()):
         print(line)
     counts = {
         o: sum(d.outcome.value == o for d in result.decisions)
@@ -321,6 +365,16 @@ def _build(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def _columns() -> int | None:
+    """The terminal's width where stdout is one (``COLUMNS`` first, as
+    ``shutil`` reads it); None for a pipe or a file, which get whole lines."""
+    if sys.stdout is None or not sys.stdout.isatty():  # None: started with stdout closed
+        return None
+    import shutil
+
+    return shutil.get_terminal_size().columns
 
 
 def _run(args: argparse.Namespace, argv: list[str], warm: bool | None) -> int | Program:

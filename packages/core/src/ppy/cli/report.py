@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ppy.decision import Decision, Outcome
 from ppy.errors import UsageError
-from ppy.registry import Registry
+from ppy.registry import Installed, Registry
 
 __all__ = ["build_lines", "explain", "nothing_staged", "plugin_lines", "summary"]
 
@@ -19,40 +19,122 @@ def _word(decision: Decision, plugins: Registry) -> str:
     return decision.outcome.value
 
 
-def build_lines(decisions: Sequence[Decision], plugins: Registry) -> Iterator[str]:
+def build_lines(
+    decisions: Sequence[Decision], plugins: Registry, *, width: int | None = None
+) -> Iterator[str]:
     """One line per candidate: module, name, outcome, kind, signature, reason.
 
     Columns are aligned so a project's lines read as a table; the remedy of a
     function that stays goes on the line under it.
+
+    ``width`` is the terminal's, where the lines go to one: a signature is
+    then shortened so its line fits (``shortened``), and a last line says
+    where the whole one is. Without it (a pipe, a file, CI) every line is
+    whole, so what a log or a README quotes is what the build printed.
     """
     if not decisions:
         yield "no candidate functions (nothing decorated with a stageable decorator)"
         return
-    rows = [
-        (d.module, d.qualname, _word(d, plugins), d.kind or "-", _clipped(d.signature))
-        for d in decisions
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    for cols, decision in zip(rows, decisions, strict=True):
-        text = "  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))
-        yield f"{text}  {decision.reason}"
+    heads = [(d.module, d.qualname, _word(d, plugins), d.kind or "-") for d in decisions]
+    widths = [max(len(head[i]) for head in heads) for i in range(4)]
+    whole = [d.signature for d in decisions]
+    signatures, column = whole, min(max(map(len, whole)), SIGNATURE_WIDTH)
+    if width is not None:
+        used = sum(widths) + 2 * len(widths)  # the four columns and their gaps
+        reasons = min(max(len(d.reason) for d in decisions), REASON_ROOM)
+        room = max(width - used - 2 - reasons, MIN_SIGNATURE)
+        signatures = [shortened(s, room) for s in whole]
+        column = max(map(len, signatures))
+    for head, signature, decision in zip(heads, signatures, decisions, strict=True):
+        cols = [c.ljust(w) for c, w in zip(head, widths, strict=True)]
+        yield "  ".join([*cols, signature.ljust(column), decision.reason])
         if decision.outcome is Outcome.STAYS and decision.remedy:
             yield f"    remedy: {decision.remedy}"
         if decision.output:
             for line in decision.output.rstrip().splitlines():
                 yield f"    | {line}"
+    if signatures != whole:
+        yield f"(signatures cut to fit {width} columns: `ppy explain NAME` shows one whole)"
 
 
-#: The most of a signature a build line shows: a pytree of a thousand leaves
-#: would pad every line of the table to its width. ``ppy explain`` and
-#: ``ppy inspect`` show it whole.
+#: Signatures up to this long set the width of the table's signature column;
+#: a longer one (a pytree of a thousand leaves) runs past it rather than pad
+#: every line of the table to its width.
 SIGNATURE_WIDTH = 120
+#: On a terminal: the room kept for the reason after the signature (a
+#: staged function's ``exported for cpu``; a longer reason wraps as prose
+#: does), and the least of a signature shown, however narrow the terminal.
+REASON_ROOM = 24
+MIN_SIGNATURE = 32
+#: The brackets a signature nests its parameters, dims and outputs in.
+_OPEN, _CLOSE = "([{", ")]}"
 
 
-def _clipped(signature: str) -> str:
-    if len(signature) <= SIGNATURE_WIDTH:
+def shortened(signature: str, room: int) -> str:
+    """``signature`` in at most ``room`` characters, cut where a reader misses
+    least: the parameters between the first ones and the last
+    (``f(a: float32[4], ..., x: float32[B,4]) -> float32[B]``), then the last
+    one too, then a tuple of outputs (``-> (...)``); what follows
+    (``[recorded: 2 calls in 2 runs]``) stays. Where even that does not fit,
+    the end is cut (`` ...``)."""
+    if len(signature) <= room:
         return signature
-    return signature[: SIGNATURE_WIDTH - 5] + " ...)"
+    parts = _split(signature)
+    if parts is not None:
+        name, parameters, tail = parts
+        for end in (tail, _short_outputs(tail)):
+            kept = [
+                [*parameters[:n], "...", parameters[-1]] for n in range(len(parameters) - 2, -1, -1)
+            ]
+            for shown in [parameters, *kept, ["..."]]:
+                text = f"{name}({', '.join(shown)}){end}"
+                if len(text) <= room:
+                    return text
+    return signature[: max(room - 4, 0)] + " ..."
+
+
+def _split(signature: str) -> tuple[str, list[str], str] | None:
+    """``f(a, b) -> c`` as ``("f", ["a", "b"], " -> c")``; None where the
+    brackets do not pair up."""
+    start = signature.find("(")
+    end = _closing(signature, start) if start >= 0 else None
+    if end is None:
+        return None
+    parameters: list[str] = []
+    depth, begin = 0, start + 1
+    for i in range(start + 1, end):
+        char = signature[i]
+        if char in _OPEN:
+            depth += 1
+        elif char in _CLOSE:
+            depth -= 1
+        elif depth == 0 and signature.startswith(", ", i):
+            parameters.append(signature[begin:i])
+            begin = i + 2
+    parameters.append(signature[begin:end])
+    return signature[:start], parameters, signature[end + 1 :]
+
+
+def _closing(text: str, start: int) -> int | None:
+    """The index of the bracket that closes the one at ``start``."""
+    depth = 0
+    for i in range(start, len(text)):
+        if text[i] in _OPEN:
+            depth += 1
+        elif text[i] in _CLOSE:
+            depth -= 1
+            if depth == 0:
+                return i
+    return None
+
+
+def _short_outputs(tail: str) -> str:
+    """`` -> (a, b, c) [recorded: ...]`` as `` -> (...) [recorded: ...]``."""
+    arrow = " -> ("
+    if not tail.startswith(arrow):
+        return tail
+    end = _closing(tail, len(arrow) - 1)
+    return tail if end is None else f"{arrow}...){tail[end + 1 :]}"
 
 
 def summary(decisions: Sequence[Decision]) -> str:
@@ -110,12 +192,34 @@ def explain(name: str, target: Path) -> str:
             note = f"from the policy; the artifact is stale: {stale}"
     found = [d for d in decisions if _matches(name, d)]
     if not found:
-        known = ", ".join(sorted({d.qualname for d in decisions})) or "none"
-        raise UsageError(
-            f"no candidate function named {name!r} in {config.root}",
-            remedy=f"candidates are: {known}",
-        )
+        raise _not_found(name, config.root, decisions, [m.path for m in project.modules])
     return "\n\n".join(_trail(d, note) for d in found)
+
+
+def _not_found(
+    name: str, root: Path, decisions: Sequence[Decision], sources: Sequence[str]
+) -> UsageError:
+    """Why ``name`` has no trail: another name, no candidate at all, or no
+    ``.ppy`` file where ppy looked."""
+    if decisions:
+        known = ", ".join(sorted({d.qualname for d in decisions}))
+        return UsageError(
+            f"no candidate function named {name!r} in {root}", remedy=f"candidates are: {known}"
+        )
+    if not sources:
+        return UsageError(
+            f"no .ppy files in {root}, so no candidate function named {name!r}",
+            remedy="give the project's folder or a file in it (ppy explain NAME PATH); the "
+            "project is the folder of the nearest pyproject.toml, and ppy reads the .ppy "
+            "files under it",
+        )
+    read = f"{len(sources)} .ppy file{'s' if len(sources) != 1 else ''} read"
+    return UsageError(
+        f"no candidate functions in {root} ({read}), so none named {name!r}",
+        remedy="a candidate is a function decorated with @jax.jit, @ppy.xla.jit or a "
+        "plugin's decorator, or a module-level f = jax.jit(g); `ppy plugins` lists the "
+        "decorators installed (docs/cli.md)",
+    )
 
 
 def _trail(decision: Decision, note: str) -> str:
@@ -141,20 +245,27 @@ def _trail(decision: Decision, note: str) -> str:
 
 
 def plugin_lines(plugins: Registry, runtimes: Registry) -> Iterator[str]:
-    for title, registry in (
-        ("plugins (ppy.plugins)", plugins),
-        ("runtimes (ppy.runtimes)", runtimes),
-    ):
+    """Each installed plugin and runtime: name, distribution and version, and
+    whether it loaded; one table, its columns as wide as their longest entry
+    (a third party's kind, ``tabulate.table``, is longer than ppy's own)."""
+    sections = (("plugins (ppy.plugins)", plugins), ("runtimes (ppy.runtimes)", runtimes))
+    items = [item for _, registry in sections for item in registry.installed]
+    names = max((len(item.name) for item in items), default=0)
+    dists = max((len(_distribution(item)) for item in items), default=0)
+    for title, registry in sections:
         yield f"{title}:"
         if not registry.installed:
             yield "  none installed"
         for item in registry.installed:
-            dist = f"{item.distribution} {item.version}" if item.distribution else "?"
-            if item.loaded:
-                extra = ""
-                if registry is plugins:
-                    decorators = ", ".join(sorted(item.obj.decorators))
-                    extra = f"  kind {item.obj.kind}  decorators {decorators}"
-                yield f"  {item.name:<12} {dist:<28} loaded{extra}"
+            head = f"  {item.name.ljust(names)}  {_distribution(item).ljust(dists)}"
+            if not item.loaded:
+                yield f"{head}  FAILED: {item.error} (skipped)"
+            elif registry is plugins:
+                decorators = ", ".join(sorted(item.obj.decorators))
+                yield f"{head}  loaded  kind {item.obj.kind}  decorators {decorators}"
             else:
-                yield f"  {item.name:<12} {dist:<28} FAILED: {item.error} (skipped)"
+                yield f"{head}  loaded"
+
+
+def _distribution(item: Installed) -> str:
+    return f"{item.distribution} {item.version}" if item.distribution else "?"

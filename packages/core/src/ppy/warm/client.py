@@ -46,7 +46,13 @@ class Cold(Exception):
     def __init__(
         self,
         reason: str,
-        remedy: str = "the run went cold and was not lost; `ppy server status` shows the servers",
+        remedy: str = (
+            "this run went cold and lost nothing; for the next to run warm, act on the reason "
+            "(docs/warm-start.md): set a JAX_ variable in the environment ppy runs in or with "
+            "jax.config.update, not in the program; make the warm folder this user's alone "
+            "(chmod 700, not a link); `ppy server stop` a server that does not serve; or pass "
+            "--no-warm to run cold without this warning"
+        ),
     ) -> None:
         super().__init__(reason)
         self.remedy = remedy
