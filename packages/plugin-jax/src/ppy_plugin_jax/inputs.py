@@ -85,7 +85,7 @@ def describe(parameter: Parameter, static: bool = False) -> dict[str, Any]:
 class Abstract:
     """The traced parameters' abstract values, and what the source wrote of their leaves."""
 
-    #: Each traced parameter's abstract value, by name.
+    #: Each traced parameter's abstract value, by name, in the signature's order.
     values: dict[str, Any]
     #: The dims as the source wrote them (``"B+1"``, where jax would print
     #: ``B + 1``) of each leaf described by an annotation, by the leaf's ``id``.
@@ -208,7 +208,11 @@ def _remade(found: Abstract, constraints: tuple[str, ...], multiples: dict[str, 
             weak.add(id(new))
         return new
 
-    values = jax.tree_util.tree_map(remade, found.values)
+    # Mapped as a list, not as the dict: jax flattens a dict by sorted key and
+    # rebuilds it so, which would hand the parameters back in alphabetical
+    # order, and the signature's order is what binds each input to its name.
+    trees = jax.tree_util.tree_map(remade, list(found.values.values()))
+    values = dict(zip(found.values, trees, strict=True))
     return Abstract(values, written, shardings, constraints, multiples, weak)
 
 

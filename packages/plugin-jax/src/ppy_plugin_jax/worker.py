@@ -133,11 +133,13 @@ class _Flat:
     """The function as its export takes it: the leaves of its traced inputs in,
     the leaves of its output out, one value of each static parameter."""
 
-    def __init__(self, fn: Any, params: list[Mapping[str, Any]], in_tree: Any) -> None:
+    def __init__(self, fn: Any, params: list[Mapping[str, Any]], inputs: _Inputs) -> None:
         self.fn = fn
         self.params = params
-        self.names = [p["name"] for p in params if not p["static"]]
-        self.in_tree = in_tree
+        #: The traced parameters, in the order the export takes their trees
+        #: and the contract lists them (``traced``), which the run binds by.
+        self.names = inputs.names
+        self.in_tree = inputs.tree
         self.out_trees: list[Any] = []
 
     def bind(self, static: Mapping[str, Any], out_shardings: Any = None) -> Any:
@@ -170,6 +172,29 @@ class _Flat:
         args = [values[p["name"]] for p in self.params if p["kind"] == "positional"]
         kwargs = {p["name"]: values[p["name"]] for p in self.params if p["kind"] != "positional"}
         return args, kwargs
+
+    def jit_order(self, leaves: Sequence[Any]) -> list[int] | None:
+        """Where each leaf jit takes, in the order it takes them, is among the
+        export's; None where the two orders agree.
+
+        The export takes the traced parameters in the signature's order; jit
+        takes the positional ones so, then the keyword ones by sorted name
+        (it flattens them as a dict).
+        """
+        import jax
+
+        trees = jax.tree_util.tree_unflatten(self.in_tree, leaves)
+        places: dict[str, range] = {}
+        start = 0
+        for name, tree in zip(self.names, trees, strict=True):
+            count = len(jax.tree_util.tree_leaves(tree))
+            places[name] = range(start, start + count)
+            start += count
+        kinds = {p["name"]: p["kind"] for p in self.params}
+        positional = [name for name in self.names if kinds[name] == "positional"]
+        keywords = sorted(name for name in self.names if kinds[name] != "positional")
+        order = [i for name in (*positional, *keywords) for i in places[name]]
+        return None if order == sorted(order) else order
 
     def lowered(self, static: Mapping[str, Any], leaves: Sequence[Any]) -> Any:
         """The jitted function lowered for a call of these leaves, as the program
@@ -322,7 +347,10 @@ def _inputs(
         )
     except Undescribed as undescribed:
         raise _Refusal(undescribed.rule, undescribed.reason, remedy=undescribed.remedy) from None
-    names = list(described.values)
+    # The signature's order, whatever order the descriptions came back in: the
+    # contract lists the traced parameters so (``traced``), the run binds a
+    # call's arguments by it, and the export takes their leaves in it.
+    names = [p["name"] for p in params if not p["static"]]
     trees = tuple(described.values[name] for name in names)
     leaves, tree = jax.tree_util.tree_flatten(trees)
     weakly = tuple(id(leaf) in described.weak for leaf in leaves)
@@ -397,7 +425,7 @@ def _export_variants(
     # A 64-bit input is traced as it would be under ppy run: only with x64 on,
     # which the trace records, so the staged path is taken only then.
     wide = any(spec["dtype"] in _WIDE for spec in inputs.specs)
-    flat = _Flat(fn, params, inputs.tree)
+    flat = _Flat(fn, params, inputs)
     with jax_config.enable_x64(True) if wide else contextlib.nullcontext():
         statics = _static_values(params)
         forms = [inputs]
@@ -590,7 +618,9 @@ def _compiles_as_jit(
     from ppy_plugin_jax.refinement import Uncompared, diverges
 
     try:
-        sizes = diverges(lambda sized: flat.lowered(static, sized), exported, leaves)
+        sizes = diverges(
+            lambda sized: flat.lowered(static, sized), exported, leaves, flat.jit_order(leaves)
+        )
     except Uncompared as error:
         raise _Refusal(
             "refinement",
