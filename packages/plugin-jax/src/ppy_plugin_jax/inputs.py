@@ -256,7 +256,13 @@ class _Builder:
             shape = export.symbolic_shape(", ".join(str(d) for d in dims), scope=self.scope)
         # jax leaves ShapeDtypeStruct's constructor unannotated (here and in ``like``).
         weak = bool(array.get("weak", False))  # a Python scalar, as jit traces one
-        leaf = jax.ShapeDtypeStruct(shape, jnp.dtype(array["dtype"]), weak_type=weak)  # type: ignore[no-untyped-call]
+        try:
+            dtype = jnp.dtype(array["dtype"])
+        except TypeError:  # a recording made with another jax, say
+            raise Undescribed(
+                "invalid-spec", f"{array['dtype']!r} is not a dtype this jax has"
+            ) from None
+        leaf = jax.ShapeDtypeStruct(shape, dtype, weak_type=weak)  # type: ignore[no-untyped-call]
         self.written[id(leaf)] = list(dims)
         if array.get("weakly"):  # recorded weakly typed in some calls: a variant of its own
             self.weak.add(id(leaf))
