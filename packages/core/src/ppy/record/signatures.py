@@ -105,6 +105,9 @@ DTYPES: Final = DTYPE_NAMES | frozenset(
     }
 )
 
+#: The largest dim an array has: XLA's are 64-bit signed integers.
+_MAX_DIM: Final = 2**63 - 1
+
 #: The input that holds what a function reads of the function around it.
 CLOSURE: Final = "<closure>"
 #: The most variables a closure may hold.
@@ -345,11 +348,13 @@ class _Checker:
         text = value.get("array")
         if not isinstance(text, str) or not _ARRAY.fullmatch(text):
             raise self.fail(parameter, f"{where}: {text!r} is not an array such as float32[32,4]")
-        dtype = text.partition("[")[0]
+        dtype, dims = parse_array(text)
         if dtype not in DTYPES:
             raise self.fail(
                 parameter, f"{where}: {dtype!r} is not a dtype jax gives an array (in {text!r})"
             )
+        if any(dim > _MAX_DIM for dim in dims):
+            raise self.fail(parameter, f"{where}: {text!r} has a dim no array has (over 2**63-1)")
         extra = set(value) - {"array", "weak", "sharded"}
         flags = [value.get(k, False) for k in ("weak", "sharded")]
         if extra or any(type(flag) is not bool for flag in flags):
