@@ -683,7 +683,9 @@ def _side_effect(printed: str) -> dict[str, Any]:
 
 
 def _serve(request: Mapping[str, Any], out: IO[str], capture: Capture, watchdog: Watchdog) -> None:
-    sys.path.insert(0, request["root"])
+    safe = bool(request.get("safe_path"))
+    if not safe:  # python puts the program's folder first on sys.path
+        sys.path.insert(0, request["root"])
     import ppy  # noqa: F401  (installs the .ppy import hook)
 
     def send(message: Mapping[str, Any]) -> None:
@@ -695,12 +697,19 @@ def _serve(request: Mapping[str, Any], out: IO[str], capture: Capture, watchdog:
         send({"event": "module", "module": name, "offset": capture.flush()})
         watchdog.module_started()
         capture.take()
-        _beside(request["root"], module_request["path"])
+        if not safe:
+            _beside(request["root"], module_request["path"])
         try:
-            module = importlib.import_module(name)
+            module = _import(name, module_request, request["root"], safe)
         except BaseException as error:  # SystemExit and KeyboardInterrupt too: user code
             reason = _describe(error, f"importing {module_request['path']}", request["root"])
             output = capture.take()
+            # A module not found: which, and where this process looked for it.
+            missing = (
+                {"missing": error.name, "searched": list(sys.path)}
+                if isinstance(error, ModuleNotFoundError)
+                else {}
+            )
             for function in module_request["functions"]:
                 send(
                     {
@@ -710,6 +719,7 @@ def _serve(request: Mapping[str, Any], out: IO[str], capture: Capture, watchdog:
                         "rule": "import-failed",
                         "reason": reason,
                         "output": output,
+                        **missing,
                     }
                 )
             continue
@@ -730,6 +740,31 @@ def _serve(request: Mapping[str, Any], out: IO[str], capture: Capture, watchdog:
             result.update(module=name, qualname=function["qualname"], output=import_output + traced)
             send(result)
     send({"event": "done"})
+
+
+def _import(name: str, module_request: Mapping[str, Any], root: str, safe: bool) -> Any:
+    """The module, imported under its own name.
+
+    Under ``python -P`` (or ``PYTHONSAFEPATH``) a program's folder is not on
+    ``sys.path``: the program is loaded from its file, and what it imports is
+    found where python finds it, or not at all, as under python.
+    """
+    if not (safe and module_request.get("program")):
+        return importlib.import_module(name)
+    from importlib import machinery, util
+
+    path = os.path.join(os.path.abspath(root), module_request["path"])
+    loader = machinery.SourceFileLoader(name, path)
+    spec = util.spec_from_file_location(name, path, loader=loader)
+    assert spec is not None
+    module = util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
 
 
 @contextlib.contextmanager
