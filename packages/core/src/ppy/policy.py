@@ -316,12 +316,16 @@ def _package_check(function: FunctionInfo) -> Check:
 def _redefinition_check(function: FunctionInfo) -> Check:
     if not function.rebound:
         return Check("redefined", True, f"{function.name} is bound once at module level")
-    lines = ", ".join(f"{function.path}:{line}" for line in function.rebound)
+    # Every line that binds the name, in the order the file has them: this
+    # definition may be any of them.
+    lines = [f"{function.path}:{line}" for line in sorted({function.lineno, *function.rebound})]
+    listed = f"{', '.join(lines[:-1])} and {lines[-1]}"
+    which = "neither" if len(lines) == 2 else "none"
     return Check(
         "redefined",
         False,
-        f"{function.name} is defined at {function.location} and bound again at {lines}; "
-        "which definition a call reaches depends on when it is made, so neither is staged",
+        f"{function.name} is bound {len(lines)} times at module level, at {listed}; which "
+        f"definition a call reaches depends on when it is made, so {which} is staged",
         "give each definition a name of its own",
     )
 
