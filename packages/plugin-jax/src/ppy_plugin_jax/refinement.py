@@ -110,6 +110,8 @@ def _entry(entry: str, numbers: Sequence[int] | None = None) -> str:
             value, number = parameter.groups()
             if len(re.findall(rf"\b{value}\b", own)) == 1:
                 continue
+            if numbers is not None and int(number) >= len(numbers):
+                raise Uncompared("jit's module has more parameters than the function has inputs")
             found[line] = int(number) if numbers is None else numbers[int(number)]
         kept.append(line)
     # Numbered 0, 1, ... in order; and as a parameter reads nothing, where it
@@ -197,8 +199,16 @@ def _numbers(lowered: Any, order: Sequence[int]) -> list[int]:
     parameter for parameter, and the check says so (``Uncompared``).
     """
     compile_args = getattr(getattr(lowered, "_lowering", None), "compile_args", None)
-    kept = compile_args.get("kept_var_idx") if isinstance(compile_args, dict) else None
-    if kept is None or not all(0 <= i < len(order) for i in kept):
+    if not isinstance(compile_args, dict):
+        compile_args = {}
+    kept = compile_args.get("kept_var_idx")
+    taken = compile_args.get("global_in_avals")  # what the module's parameters are
+    if (
+        kept is None
+        or taken is None
+        or len(taken) != len(kept)
+        or not all(0 <= i < len(order) for i in kept)
+    ):
         raise Uncompared(
             "this jax does not say which inputs its lowering keeps, and jit takes the "
             "keyword arguments in another order than the export"
