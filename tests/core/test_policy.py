@@ -179,6 +179,14 @@ def test_both_permissions_missing_are_both_in_the_trail(tmp_path: Path) -> None:
     assert decision.rule == "build-execution"
     failed = [c for c in decision.trail if not c.passed]
     assert [c.rule for c in failed] == ["build-execution", "plugin-permission"]
+    # The decision names both, so one round of edits is enough.
+    assert decision.reason.endswith(
+        '[tool.ppy] build-execution is not "allow" and '
+        "[tool.ppy.plugins.jax] allow-build-export is not true"
+    )
+    assert decision.remedy is not None
+    assert 'build-execution = "allow" under [tool.ppy] and ' in decision.remedy
+    assert "allow-build-export = true under [tool.ppy.plugins.jax]" in decision.remedy
     if load_config(tmp_path).pyproject is None:
         assert failed[1].remedy == (
             f"create {tmp_path.resolve() / 'pyproject.toml'} with allow-build-export = true "

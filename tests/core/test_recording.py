@@ -145,6 +145,18 @@ def test_the_file_round_trips_and_merges(tmp_path: Path) -> None:
             '{"m.f": {"signatures": [{"calls": 1, "inputs": {"x": {"static": [1]}}}]}}}',
             "not a JSON literal",
         ),
+        (
+            '{"format": "ppy-signatures", "version": 1, "runs": 1, "functions": '
+            '{"m.f": {"signatures": [{"calls": 1, "inputs": {"x": {"array": "float99[3]"}}}]}}}',
+            "'float99' is not a dtype",
+        ),
+        (
+            '{"format": "ppy-signatures", "version": 1, "runs": 1, "functions": {"m.f": '
+            '{"signatures": [{"calls": 1, "inputs": {"x": {"array": "float32[4,'
+            + str(2**63)
+            + ']"}}}]}}}',
+            "has a dim no array has",
+        ),
     ],
 )
 def test_a_bad_file_is_refused_with_its_line(tmp_path: Path, text: str, message: str) -> None:

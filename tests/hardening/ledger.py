@@ -181,6 +181,20 @@ def rows() -> list[Row]:
             "none reaches the worker",
         ),
         Row(
+            "worker_process",
+            "jax and ppy reachable from an empty venv only through: "
+            + ", ".join(worker.IMPORT_PATHS),
+            len(worker.IMPORT_PATHS),
+            "the worker imports them as python does; the page's example staged, "
+            "`ppy run` prints what python prints",
+        ),
+        Row(
+            "worker_process",
+            "`PYTHONSAFEPATH`: a neighbour python does not find, then finds on `PYTHONPATH`",
+            1,
+            "the worker does not find it (the remedy says where it looked), then finds it",
+        ),
+        Row(
             "concurrency",
             "`ppy build` started together while the lock is held",
             concurrency.BUILDS,

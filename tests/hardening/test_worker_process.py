@@ -14,7 +14,9 @@ import os
 import signal
 import subprocess
 import sys
+import sysconfig
 import time
+import venv
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,10 @@ from ppy.decision import Outcome
 from ppy_plugin_jax.watchdog import GRACE
 from ppy_plugin_jax.worker import PROTOCOL_VERSION
 
-from tests.hardening.support import ppy, start_ppy
+from tests.hardening.support import ROOT, copy_example, ppy, start_ppy
+
+#: The distributions' folders under packages/.
+PACKAGES = ("core", "plugin-jax", "plugin-xla", "runtime-pjrt")
 
 pytestmark = pytest.mark.slow
 
@@ -200,5 +205,105 @@ if seen or os.environ.get("JAX_PLATFORMS") != "cpu":
     env = {name: "hunter2" for name in SECRETS} | {"JAX_PLATFORMS": "cpu"}
     result = ppy("build", str(tmp_path), env=env)
     assert result.returncode == 0, result.stdout + result.stderr
+    (decision,) = read_artifact(tmp_path / ".ppy" / "artifact.ppyz").decisions
+    assert decision.outcome is Outcome.STAGED, decision.reason
+
+
+def _reachable() -> list[str]:
+    """The folders this interpreter imports jax and ppy from: its site-packages,
+    and the four packages' sources (an editable install reaches them through
+    a ``.pth`` file or a finder that only its own site-packages runs)."""
+    paths = sysconfig.get_paths()
+    sources = [str(ROOT / "packages" / p / "src") for p in PACKAGES]
+    return list(dict.fromkeys([paths["purelib"], paths["platlib"], *sources]))
+
+
+def _python_env(**changes: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "PYTHONUSERBASE", "PYTHONNOUSERSITE", "PYTHONSAFEPATH")
+    }
+    return env | changes
+
+
+def _empty_venv(where: Path, how: str) -> tuple[Path, dict[str, str]]:
+    """A venv with nothing installed, whose python reaches jax and ppy only as
+    ``how`` says; the environment that says it."""
+    venv.create(where, with_pip=False, system_site_packages=how != "PYTHONPATH")
+    python = where / "bin" / "python"
+    if how == "PYTHONPATH":
+        return python, _python_env(PYTHONPATH=os.pathsep.join(_reachable()))
+    # The user site (on by default where a venv sees the system's packages),
+    # and a .pth file in it naming the folders.
+    base = where / "userbase"
+    site = Path(sysconfig.get_path("purelib", "posix_user", vars={"userbase": str(base)}))
+    site.mkdir(parents=True)
+    (site / "reach.pth").write_text("\n".join(_reachable()) + "\n")
+    return python, _python_env(PYTHONUSERBASE=str(base))
+
+
+#: Where the program's python finds jax and ppy, besides the venv it runs in.
+IMPORT_PATHS = ("PYTHONPATH", "a .pth file in the user site")
+
+
+@pytest.mark.parametrize("how", IMPORT_PATHS)
+def test_the_worker_imports_from_where_python_imports(tmp_path: Path, how: str) -> None:
+    """As on an accelerator machine whose image provides jax on PYTHONPATH:
+    what ``python model.ppy`` imports, the build imports."""
+    python, env = _empty_venv(tmp_path / "empty", how)
+    project = copy_example("25_jax_export", tmp_path)
+    env["PPY_CACHE_DIR"] = str(tmp_path / "cache")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(python), *args], cwd=project, env=env, capture_output=True, text=True, timeout=300
+        )
+
+    plain = run("model.ppy")
+    assert plain.returncode == 0, plain.stderr
+    built = run("-m", "ppy", "build")
+    assert built.returncode == 0, built.stdout + built.stderr
+    for name in ("normalize", "score"):
+        (line,) = [line for line in built.stdout.splitlines() if f"  {name}(" in line]
+        assert " exported " in line, built.stdout
+    ran = run("-m", "ppy", "-v", "run", "model.ppy")
+    assert (ran.stdout, ran.returncode) == (plain.stdout, 0), ran.stderr
+    assert "path=staged" in ran.stderr and "run.build" not in ran.stderr
+
+
+NEIGHBOUR = """
+import helper
+"""
+
+
+def test_under_pythonsafepath_the_worker_finds_no_neighbour_python_does_not(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "pyproject.toml").write_text(PYPROJECT.format(timeout=120))
+    (tmp_path / "helper.py").write_text("SCALE = 2\n")
+    (tmp_path / "model.ppy").write_text(NEIGHBOUR + FUNCTION)
+    safe = _python_env(PYTHONSAFEPATH="1")
+
+    def run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, *args], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+
+    plain = run("model.ppy", env=safe)
+    assert "No module named 'helper'" in plain.stderr, plain.stderr
+    built = run("-m", "ppy", "build", env=safe)
+    assert built.returncode == 1, built.stdout + built.stderr
+    (decision,) = read_artifact(tmp_path / ".ppy" / "artifact.ppyz").decisions
+    assert decision.rule == "import-failed", decision.reason
+    assert "No module named 'helper'" in decision.reason
+    # The remedy says where the worker looked, and that python looks there too.
+    assert decision.remedy is not None
+    assert "python does not find helper either (the export worker looked in " in decision.remedy
+    # Where python finds it (PYTHONPATH here), the worker does too.
+    found = safe | {"PYTHONPATH": str(tmp_path)}
+    assert run("model.ppy", env=found).returncode == 0
+    built = run("-m", "ppy", "build", env=found)
+    assert built.returncode == 0, built.stdout + built.stderr
     (decision,) = read_artifact(tmp_path / ".ppy" / "artifact.ppyz").decisions
     assert decision.outcome is Outcome.STAGED, decision.reason

@@ -56,6 +56,20 @@ def test_without_a_permission_both_functions_stay_jitted_and_ppy_says_why(
     assert setting in explained.stdout and str(pyproject) in explained.stdout
 
 
+def test_without_both_permissions_one_build_names_both(example: Path, ppy: Run) -> None:
+    pyproject = example / "pyproject.toml"
+    _drop(pyproject, 'build-execution = "allow"\n')
+    _drop(pyproject, "allow-build-export = true\n")
+    built = ppy("build", str(example))
+    assert built.returncode == 0, built.stderr
+    remedies = [ln for ln in built.stdout.splitlines() if "remedy:" in ln]
+    assert len(remedies) == 2, built.stdout
+    for remedy in remedies:
+        assert 'build-execution = "allow" under [tool.ppy]' in remedy, remedy
+        assert "allow-build-export = true under [tool.ppy.plugins.jax]" in remedy, remedy
+        assert str(pyproject) in remedy
+
+
 def test_build_exports_both_functions_and_inspect_shows_their_signatures(
     built_examples: Built, tmp_path: Path, ppy: Run
 ) -> None:

@@ -3,6 +3,8 @@ fingerprint, what importing it costs, and the worker's environment."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import subprocess
 import sys
 import textwrap
@@ -181,7 +183,7 @@ def test_the_fingerprint_follows_versions_and_platforms() -> None:
     assert plugin.fingerprint({"platforms": None}) == default
 
 
-def test_the_worker_environment_keeps_only_what_jax_needs() -> None:
+def test_the_worker_environment_keeps_what_jax_needs_and_where_python_imports() -> None:
     parent = {
         "PATH": "/bin",
         "HOME": "/home/u",
@@ -192,22 +194,50 @@ def test_the_worker_environment_keeps_only_what_jax_needs() -> None:
         "AWS_SECRET_ACCESS_KEY": "hunter2",
         "GITHUB_TOKEN": "ghp_x",
         "PYTHONPATH": "/somewhere",
+        "PYTHONUSERBASE": "/home/u/.local",
         "PYTHONSTARTUP": "/evil.py",
         "JAX_TOKEN": "t",
         "xla_secret_key": "k",
     }
     env = worker_environment(parent)
-    for kept in ("PATH", "HOME", "LC_ALL", "JAX_PLATFORMS", "XLA_FLAGS", "CUDA_VISIBLE_DEVICES"):
+    for kept in (
+        "PATH",
+        "HOME",
+        "LC_ALL",
+        "JAX_PLATFORMS",
+        "XLA_FLAGS",
+        "CUDA_VISIBLE_DEVICES",
+        "PYTHONPATH",
+        "PYTHONUSERBASE",
+    ):
         assert env[kept] == parent[kept]
     for dropped in (
         "AWS_SECRET_ACCESS_KEY",
         "GITHUB_TOKEN",
-        "PYTHONPATH",
         "PYTHONSTARTUP",
         "JAX_TOKEN",
         "xla_secret_key",
     ):
         assert dropped not in env
+    # The user site is python's to decide, as for the program.
+    assert "PYTHONNOUSERSITE" not in env
+
+
+def test_pythonpath_reaches_the_worker_as_python_reads_it_in_the_builds_folder() -> None:
+    parent = {"PYTHONPATH": os.pathsep.join(["lib", "", "/abs"])}
+    env = worker_environment(parent, cwd="/work/here")
+    assert env["PYTHONPATH"].split(os.pathsep) == ["/work/here/lib", "/work/here", "/abs"]
+
+
+def test_a_missing_module_the_build_finds_is_named_with_where_python_finds_it() -> None:
+    from ppy_plugin_jax.supervisor import _missing_remedy
+
+    remedy = _missing_remedy("jax.numpy", ["/project", "/usr/lib/python3"])
+    spec = importlib.util.find_spec("jax")
+    assert spec is not None and f"python finds jax at {spec.origin}" in remedy
+    assert "the export worker looked in /project" in remedy and "PYTHONPATH" in remedy
+    remedy = _missing_remedy("nowhere_to_be_found", ["/project"])
+    assert "python does not find nowhere_to_be_found either" in remedy
 
 
 def test_the_worker_refuses_a_request_of_another_protocol() -> None:

@@ -232,6 +232,19 @@ def test_an_annotation_wins_and_a_disagreeing_recording_is_reported(tmp_path: Pa
             "line 3",
         ),
         ("[" * 100000 + "]" * 100000, "line 1"),
+        (
+            '{"format": "ppy-signatures", "version": 1, "runs": 1, "functions": {\n'
+            '  "model.loss": {"signatures": [{"calls": 1, "inputs": {\n'
+            '    "x": {"array": "float99[3]"}}}]}}}',
+            "line 3: model.loss: input 'x': 'float99' is not a dtype",
+        ),
+        (
+            '{"format": "ppy-signatures", "version": 1, "runs": 1, "functions": {\n'
+            '  "model.loss": {"signatures": [{"calls": 1, "inputs": {\n'
+            '    "w": {"nest": {"list": [{"array": "float32[2]"},\n'
+            '          {"array": "object[3]"}]}}}}]}}}',
+            "line 3: model.loss: input 'w': 'object' is not a dtype",
+        ),
     ],
     ids=[
         "not json",
@@ -242,6 +255,8 @@ def test_an_annotation_wins_and_a_disagreeing_recording_is_reported(tmp_path: Pa
         "a node's metadata is not data",
         "a closure's value is code",
         "deep",
+        "an unknown dtype",
+        "an unknown dtype in a nest",
     ],
 )
 def test_a_bad_file_is_an_error_naming_the_line(tmp_path: Path, text: str, where: str) -> None:

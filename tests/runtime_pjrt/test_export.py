@@ -246,6 +246,17 @@ def test_a_description_that_disagrees_with_the_export_is_not_bound(score_entry) 
         bind(entry, score)
 
 
+def test_an_entry_listing_its_inputs_out_of_the_signatures_order_is_not_bound() -> None:
+    # An export takes its inputs in the order the entry lists them; one listed
+    # in another order than the signature's (an artifact written by a build
+    # that sorted them by name) would hand each parameter another's value.
+    entry = make_entry(pair, [spec((4,), name="x"), spec((4,), name="y")])
+    swapped = {**entry.metadata, "traced": ["y", "x"]}
+    with pytest.raises(NotBound, match=r"lists its inputs as \(y, x\).*rebuild the artifact"):
+        bind(dataclasses.replace(entry, metadata=swapped), pair)
+    assert bind(entry, pair) is not None
+
+
 def test_a_call_by_keyword_takes_the_staged_path(score_entry) -> None:
     bound = bind(score_entry, score)
     x = jnp.ones((3, 4), jnp.float32)

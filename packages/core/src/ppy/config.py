@@ -13,7 +13,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -260,11 +260,16 @@ def _number(value: float) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def remedy_for(config: Config, *, table: str, line: str) -> str:
-    """Where a missing setting goes: ``add X under [tool.ppy] in /abs/pyproject.toml``."""
+def remedy_for(
+    config: Config, *, table: str, line: str, also: Sequence[tuple[str, str]] = ()
+) -> str:
+    """Where a missing setting goes: ``add X under [tool.ppy] in /abs/pyproject.toml``;
+    ``also``, more ``(table, line)`` missing with it, named in the same remedy
+    so that one round of edits is enough."""
+    what = " and ".join(f"{each} under [{where}]" for where, each in ((table, line), *also))
     if config.pyproject is None:
-        return f"create {config.root / 'pyproject.toml'} with {line} under [{table}]"
-    return f"add {line} under [{table}] in {config.pyproject}"
+        return f"create {config.root / 'pyproject.toml'} with {what}"
+    return f"add {what} in {config.pyproject}"
 
 
 def _find_pyproject(start: Path) -> Path | None:

@@ -215,25 +215,33 @@ def _permission_checks(
     requirements = plugin.requirements
     staging = f"build-time {_NOUNS.get(plugin.verb, 'staging')}"
     stays = f"stays {_stays(decorator)}: {staging} is off because"
+    key = requirements.permission
+    table = f"tool.ppy.plugins.{plugin.name}"
+    permitted = key is None or settings.get(key) is True
     checks: list[Check] = []
     if not requirements.build_execution:
         checks.append(Check("build-execution", True, f"{plugin.name} runs no project code"))
     elif config.build_execution:
         checks.append(Check("build-execution", True, '[tool.ppy] build-execution is "allow"'))
     else:
+        # The rule that decides names the plugin's permission too where it is
+        # missing as well: one build says every setting to add.
+        missing = f'{stays} [tool.ppy] build-execution is not "allow"'
+        also: tuple[tuple[str, str], ...] = ()
+        if not permitted:
+            missing += f" and [{table}] {key} is not true"
+            also = ((table, f"{key} = true"),)
         checks.append(
             Check(
                 "build-execution",
                 False,
-                f'{stays} [tool.ppy] build-execution is not "allow"',
-                remedy_for(config, table="tool.ppy", line='build-execution = "allow"'),
+                missing,
+                remedy_for(config, table="tool.ppy", line='build-execution = "allow"', also=also),
             )
         )
-    key = requirements.permission
-    table = f"tool.ppy.plugins.{plugin.name}"
     if key is None:
         checks.append(Check("plugin-permission", True, f"{plugin.name} needs no permission"))
-    elif settings.get(key) is True:
+    elif permitted:
         checks.append(Check("plugin-permission", True, f"[{table}] {key} is true"))
     else:
         checks.append(
@@ -308,12 +316,16 @@ def _package_check(function: FunctionInfo) -> Check:
 def _redefinition_check(function: FunctionInfo) -> Check:
     if not function.rebound:
         return Check("redefined", True, f"{function.name} is bound once at module level")
-    lines = ", ".join(f"{function.path}:{line}" for line in function.rebound)
+    # Every line that binds the name, in the order the file has them: this
+    # definition may be any of them.
+    lines = [f"{function.path}:{line}" for line in sorted({function.lineno, *function.rebound})]
+    listed = f"{', '.join(lines[:-1])} and {lines[-1]}"
+    which = "neither" if len(lines) == 2 else "none"
     return Check(
         "redefined",
         False,
-        f"{function.name} is defined at {function.location} and bound again at {lines}; "
-        "which definition a call reaches depends on when it is made, so neither is staged",
+        f"{function.name} is bound {len(lines)} times at module level, at {listed}; which "
+        f"definition a call reaches depends on when it is made, so {which} is staged",
         "give each definition a name of its own",
     )
 

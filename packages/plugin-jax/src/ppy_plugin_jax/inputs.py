@@ -85,7 +85,7 @@ def describe(parameter: Parameter, static: bool = False) -> dict[str, Any]:
 class Abstract:
     """The traced parameters' abstract values, and what the source wrote of their leaves."""
 
-    #: Each traced parameter's abstract value, by name.
+    #: Each traced parameter's abstract value, by name, in the signature's order.
     values: dict[str, Any]
     #: The dims as the source wrote them (``"B+1"``, where jax would print
     #: ``B + 1``) of each leaf described by an annotation, by the leaf's ``id``.
@@ -208,7 +208,11 @@ def _remade(found: Abstract, constraints: tuple[str, ...], multiples: dict[str, 
             weak.add(id(new))
         return new
 
-    values = jax.tree_util.tree_map(remade, found.values)
+    # Mapped as a list, not as the dict: jax flattens a dict by sorted key and
+    # rebuilds it so, which would hand the parameters back in alphabetical
+    # order, and the signature's order is what binds each input to its name.
+    trees = jax.tree_util.tree_map(remade, list(found.values.values()))
+    values = dict(zip(found.values, trees, strict=True))
     return Abstract(values, written, shardings, constraints, multiples, weak)
 
 
@@ -252,7 +256,13 @@ class _Builder:
             shape = export.symbolic_shape(", ".join(str(d) for d in dims), scope=self.scope)
         # jax leaves ShapeDtypeStruct's constructor unannotated (here and in ``like``).
         weak = bool(array.get("weak", False))  # a Python scalar, as jit traces one
-        leaf = jax.ShapeDtypeStruct(shape, jnp.dtype(array["dtype"]), weak_type=weak)  # type: ignore[no-untyped-call]
+        try:
+            dtype = jnp.dtype(array["dtype"])
+        except TypeError:  # a recording made with another jax, say
+            raise Undescribed(
+                "invalid-spec", f"{array['dtype']!r} is not a dtype this jax has"
+            ) from None
+        leaf = jax.ShapeDtypeStruct(shape, dtype, weak_type=weak)  # type: ignore[no-untyped-call]
         self.written[id(leaf)] = list(dims)
         if array.get("weakly"):  # recorded weakly typed in some calls: a variant of its own
             self.weak.add(id(leaf))

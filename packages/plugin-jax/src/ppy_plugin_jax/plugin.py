@@ -112,6 +112,13 @@ _TOOLS = (
 )
 
 
+#: What the worker exports for the same source and settings, counted: an
+#: artifact whose entries an earlier count wrote is staged again, not reused.
+#: 2: the traced parameters in the signature's order (they were in
+#: alphabetical order where a constraint or a mesh remade their dims).
+_EXPORTS: Final = 2
+
+
 def _version(distribution: str) -> str:
     try:
         return metadata.version(distribution)
@@ -162,7 +169,7 @@ class JaxExportPlugin:
         mesh = settings.get("mesh")
         constraints = ",".join(settings.get("constraints") or ())
         return (
-            f"ppy-plugin-jax={self.version},{versions};platforms={chosen};"
+            f"ppy-plugin-jax={self.version},exports={_EXPORTS},{versions};platforms={chosen};"
             f"convention={JaxExport.CONVENTION};mesh={mesh.to_json() if mesh else None};"
             f"constraints={constraints}"
         )

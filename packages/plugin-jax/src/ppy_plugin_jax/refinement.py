@@ -64,9 +64,11 @@ def _options() -> Any:
     return options
 
 
-def _program(compiled: Any, options: Any) -> str:
+def _program(compiled: Any, options: Any, numbers: Sequence[int] | None = None) -> str:
     """The optimized HLO of ``compiled``, printed with ``options``, without
-    computation names, and without the parameters it never reads."""
+    computation names, and without the parameters it never reads; parameter
+    ``k`` numbered ``numbers[k]`` where given (the export's order of the input
+    jit takes ``k``-th)."""
     modules = compiled.runtime_executable().hlo_modules()
     text = "\n".join(module.to_string(options) for module in modules)
     # The module's header holds its name, from the jitted function's, and
@@ -80,10 +82,10 @@ def _program(compiled: Any, options: Any) -> str:
     if not found:
         return text
     body, end, rest = entry.partition("\n}")
-    return f"{head}{found}{_entry(body)}{end}{rest}"
+    return f"{head}{found}{_entry(body, numbers)}{end}{rest}"
 
 
-def _entry(entry: str) -> str:
+def _entry(entry: str, numbers: Sequence[int] | None = None) -> str:
     """The entry computation ``entry`` less the parameters it never reads,
     the others numbered in order, each constant written where it is used,
     and its other values named in order.
@@ -92,12 +94,14 @@ def _entry(entry: str) -> str:
     (``keep_unused=False``); an export takes every input it declares. An
     unread parameter is no part of what is computed, and neither is the
     place in the schedule of a constant, which two lowerings order apart.
+    Nor is the order the parameters are declared in: renumbered by
+    ``numbers``, they are listed in their new order.
     """
     lines = entry.splitlines()
     own = "\n".join(line for line in lines if _OWN.match(line))
     constants = {m.group(1): f"<{m.group(2)}>" for m in map(_CONSTANT.match, lines) if m}
     kept: list[str] = []
-    numbers: dict[str, int] = {}
+    found: dict[str, int] = {}
     for line in lines:
         if _CONSTANT.match(line):
             continue
@@ -106,15 +110,18 @@ def _entry(entry: str) -> str:
             value, number = parameter.groups()
             if len(re.findall(rf"\b{value}\b", own)) == 1:
                 continue
-            numbers[line] = int(number)
+            if numbers is not None and int(number) >= len(numbers):
+                raise Uncompared("jit's module has more parameters than the function has inputs")
+            found[line] = int(number) if numbers is None else numbers[int(number)]
         kept.append(line)
-    order = {number: i for i, number in enumerate(sorted(numbers.values()))}
-    kept = [
-        re.sub(r"parameter\(\d+\)", f"parameter({order[numbers[line]]})", line)
-        if line in numbers
-        else line
-        for line in kept
-    ]
+    # Numbered 0, 1, ... in order; and as a parameter reads nothing, where it
+    # is declared is no part of the program: the declarations are listed by
+    # number, in the places they held.
+    places = [i for i, line in enumerate(kept) if line in found]
+    for number, (place, line) in enumerate(
+        zip(places, sorted(found, key=found.__getitem__), strict=True)
+    ):
+        kept[place] = re.sub(r"parameter\(\d+\)", f"parameter({number})", line)
     # Its own values are named anew, in order; a computation printed inside
     # an instruction names its values apart, and keeps those names.
     defined = [_VALUE.search(line) for line in kept if _OWN.match(line)]
@@ -182,8 +189,38 @@ def _mesh(leaves: Sequence[Any]) -> Any:
     return None
 
 
+def _numbers(lowered: Any, order: Sequence[int]) -> list[int]:
+    """For each parameter of jit's module, the export's number of its input.
+
+    jit leaves out the inputs the function never reads, and numbers the rest
+    in its own order; which it kept, jax says only in its lowering's
+    arguments (``kept_var_idx``). Where that is not there to read, or names
+    another count of inputs than ``order``'s, the programs cannot be matched
+    parameter for parameter, and the check says so (``Uncompared``).
+    """
+    compile_args = getattr(getattr(lowered, "_lowering", None), "compile_args", None)
+    if not isinstance(compile_args, dict):
+        compile_args = {}
+    kept = compile_args.get("kept_var_idx")
+    taken = compile_args.get("global_in_avals")  # what the module's parameters are
+    if (
+        kept is None
+        or taken is None
+        or len(taken) != len(kept)
+        or not all(0 <= i < len(order) for i in kept)
+    ):
+        raise Uncompared(
+            "this jax does not say which inputs its lowering keeps, and jit takes the "
+            "keyword arguments in another order than the export"
+        )
+    return [order[i] for i in sorted(kept)]
+
+
 def diverges(
-    jitted: Callable[[list[Any]], Any], exported: Any, leaves: Sequence[Any]
+    jitted: Callable[[list[Any]], Any],
+    exported: Any,
+    leaves: Sequence[Any],
+    order: Sequence[int] | None = None,
 ) -> dict[str, int] | None:
     """The sizes at which ``exported`` compiles to another program than jit's;
     None where they compile the same, where the export has no symbol, or
@@ -193,6 +230,9 @@ def diverges(
 
     ``jitted`` lowers the jitted function, as the program calls it, for the
     export's inputs at given sizes (a list of ``ShapeDtypeStruct``).
+    ``order`` is where each input jit takes, in the order it takes them, is
+    among the export's, where the two orders differ: jit takes keyword
+    arguments by sorted name, the export in the signature's order.
     """
     import jax
 
@@ -212,8 +252,10 @@ def diverges(
         if sized is None:
             continue
         try:
-            theirs, ours = _compiled(served.lower(*sized), jitted(sized))
+            lowered = jitted(sized)
+            theirs, ours = _compiled(served.lower(*sized), lowered)
         except Exception:  # a constraint of the export, or sizes jit refuses
             continue
-        return None if _program(theirs, options) == _program(ours, options) else sizes
+        numbers = None if order is None else _numbers(lowered, order)
+        return None if _program(theirs, options) == _program(ours, options, numbers) else sizes
     raise Uncompared(f"none of the sizes {', '.join(map(str, PROBES))} compiles for both")

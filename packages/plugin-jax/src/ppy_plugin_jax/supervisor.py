@@ -1,7 +1,8 @@
 """The export worker's parent: one worker per build, restarted only after it dies.
 
 The worker runs the user's code, so it gets a scrubbed environment (no
-inherited secrets), a time limit per module (``export-timeout``), a memory
+inherited secrets, but python's import path: it must import what ``python
+model.ppy`` imports), a time limit per module (``export-timeout``), a memory
 limit (``export-memory-limit``, applied by the worker to itself before any
 user code runs), and its own process group so a hang can be killed whole,
 children included. Its stdin stays open for its whole life: if the build is
@@ -38,20 +39,33 @@ from ppy_plugin_jax.inputs import describe
 
 __all__ = [
     "ENV_KEEP",
+    "ENV_PATH",
     "ENV_PREFIXES",
     "SECRET_NAMES",
     "SECRET_SUFFIXES",
     "export_in_worker",
+    "interpreter_options",
     "looks_secret",
     "worker_environment",
 ]
 
 #: Variables the worker inherits by name; everything else is dropped, so tokens
 #: and credentials in the build's environment never reach the user's code.
-#: ``PYTHONPATH`` is deliberately absent: the worker's imports come from the
-#: installed distributions and the project root only.
 ENV_KEEP: Final = frozenset(
     {"PATH", "HOME", "LANG", "LANGUAGE", "TMPDIR", "TZ", "LD_LIBRARY_PATH", "SYSTEMROOT"}
+)
+#: ... and the variables that say where python imports from, so the worker
+#: imports what ``python model.ppy`` imports: jax on ``PYTHONPATH`` (as TPU
+#: images and cluster modules provide it), the user site and its ``.pth``
+#: files, ``-P``'s variable. A path is not a secret. ``PYTHONPATH``'s entries
+#: are made absolute against the build's working directory, as python makes them.
+ENV_PATH: Final = (
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONPLATLIBDIR",
+    "PYTHONUSERBASE",
+    "PYTHONNOUSERSITE",
+    "PYTHONSAFEPATH",
 )
 #: ... and by prefix: the locale, jax's and XLA's own settings, and what the
 #: GPU and TPU stacks read to find and pick devices.
@@ -78,10 +92,6 @@ SECRET_SUFFIXES: Final = ("_KEY", "_PAT")
 OUTPUT_LIMIT: Final = 4000
 
 _IMPORT_REMEDY = "fix the module so that importing it has no side effects, then rebuild"
-_MISSING_REMEDY = (
-    "install the module it names, or put it where the build imports from: the project's "
-    "root, or the importing module's own folder, as python finds a script's neighbours"
-)
 _CRASH_REMEDY = (
     "importing the module and tracing its functions must not exit or crash the process; "
     "fix that (see the output), then rebuild"
@@ -123,17 +133,44 @@ def looks_secret(name: str) -> bool:
     return any(word in upper for word in SECRET_NAMES) or upper.endswith(SECRET_SUFFIXES)
 
 
-def worker_environment(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+def worker_environment(
+    environ: Mapping[str, str] = os.environ, cwd: str | None = None
+) -> dict[str, str]:
     """The allow-listed part of ``environ`` less anything named like a secret,
-    plus unbuffered output."""
+    python's import path as it reads it in ``cwd`` (the build's working
+    directory by default), and unbuffered output."""
     env = {
         k: v
         for k, v in environ.items()
         if (k in ENV_KEEP or k.startswith(ENV_PREFIXES)) and not looks_secret(k)
     }
+    env.update((k, environ[k]) for k in ENV_PATH if k in environ)
+    if "PYTHONPATH" in env:
+        env["PYTHONPATH"] = _absolute_path(env["PYTHONPATH"], cwd or os.getcwd())
     env["PYTHONUNBUFFERED"] = "1"
-    env["PYTHONNOUSERSITE"] = "1"
     return env
+
+
+def _absolute_path(value: str, cwd: str) -> str:
+    """``PYTHONPATH`` with each entry as python reads it in ``cwd``: a relative
+    one (an empty one too) is relative to it. The worker runs in the project's
+    root, where the same words would name other folders."""
+    return os.pathsep.join(os.path.abspath(os.path.join(cwd, e)) for e in value.split(os.pathsep))
+
+
+def interpreter_options() -> list[str]:
+    """The worker's interpreter options: ``-P`` always (the worker puts the
+    project on ``sys.path`` itself, ``_serve``), and those of this process
+    that change where python imports from (``-I``, ``-E``, ``-s``), as a
+    program run by the same command would have them."""
+    flags = sys.flags
+    if flags.isolated:
+        return ["-I"]
+    return [
+        "-P",
+        *(["-E"] if flags.ignore_environment else []),
+        *(["-s"] if flags.no_user_site else []),
+    ]
 
 
 def _module_request(target: StageTarget) -> dict[str, Any]:
@@ -189,7 +226,7 @@ def _failure(module: str, qualname: str, message: Mapping[str, Any]) -> StageFai
     if reason.startswith("MemoryError"):
         remedy = _MEMORY_REMEDY
     elif rule == "import-failed" and reason.startswith("ModuleNotFoundError"):
-        remedy = _MISSING_REMEDY
+        remedy = _missing_remedy(message.get("missing"), message.get("searched"))
     return StageFailure(
         module,
         qualname,
@@ -199,6 +236,44 @@ def _failure(module: str, qualname: str, message: Mapping[str, Any]) -> StageFai
         str(message.get("output", ""))[-OUTPUT_LIMIT:],
         deliberate=bool(message.get("deliberate", False)),
     )
+
+
+def _missing_remedy(name: object, searched: object) -> str:
+    """What to do about a module the worker did not find: where python finds
+    it (this process imports from what the program does), and where the
+    worker looked."""
+    looked = os.pathsep.join(map(str, searched)) if isinstance(searched, list) else "?"
+    top = str(name).partition(".")[0] if isinstance(name, str) and name else None
+    found = _found(top) if top is not None else None
+    if found is not None:
+        return (
+            f"python finds {top} at {found}, but the export worker looked in {looked}; "
+            "the worker gets python's import path (PYTHONPATH, PYTHONHOME, the user site) "
+            "and no other variable: put that folder on PYTHONPATH, or install the module "
+            "in this environment"
+        )
+    return (
+        f"python does not find {top or 'it'} either (the export worker looked in {looked}): "
+        "install it, or put it where the program imports from: the project's root, the "
+        "importing module's own folder, or PYTHONPATH"
+    )
+
+
+def _found(name: str) -> str | None:
+    """Where this process would import the top-level module ``name`` from,
+    found without importing it (finders only), or None."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.origin not in (None, "namespace", "built-in", "frozen"):
+        return spec.origin
+    locations = list(spec.submodule_search_locations or ())
+    return locations[0] if locations else spec.origin
 
 
 @dataclass(frozen=True)
@@ -218,7 +293,7 @@ class _Worker:
             self.process = subprocess.Popen(
                 # -P: the project root goes on sys.path by the worker's hand,
                 # after the worker's own imports, not implicitly as the cwd.
-                [sys.executable, "-P", "-m", "ppy_plugin_jax.worker"],
+                [sys.executable, *interpreter_options(), "-m", "ppy_plugin_jax.worker"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=stderr,
@@ -309,6 +384,8 @@ def export_in_worker(request: StageRequest) -> list[Entry | StageFailure]:
                     "verify_sizes": request.settings.get("verify-sizes", True),
                     "constraints": request.settings.get("constraints") or [],
                     "mesh": _mesh_json(request.settings.get("mesh")),
+                    # python -P (or PYTHONSAFEPATH) puts no script's folder on sys.path.
+                    "safe_path": bool(sys.flags.safe_path),
                     "capture": str(capture),
                     "modules": [_module_request(t) for t in pending],
                 },

@@ -133,11 +133,13 @@ class _Flat:
     """The function as its export takes it: the leaves of its traced inputs in,
     the leaves of its output out, one value of each static parameter."""
 
-    def __init__(self, fn: Any, params: list[Mapping[str, Any]], in_tree: Any) -> None:
+    def __init__(self, fn: Any, params: list[Mapping[str, Any]], inputs: _Inputs) -> None:
         self.fn = fn
         self.params = params
-        self.names = [p["name"] for p in params if not p["static"]]
-        self.in_tree = in_tree
+        #: The traced parameters, in the order the export takes their trees
+        #: and the contract lists them (``traced``), which the run binds by.
+        self.names = inputs.names
+        self.in_tree = inputs.tree
         self.out_trees: list[Any] = []
 
     def bind(self, static: Mapping[str, Any], out_shardings: Any = None) -> Any:
@@ -170,6 +172,29 @@ class _Flat:
         args = [values[p["name"]] for p in self.params if p["kind"] == "positional"]
         kwargs = {p["name"]: values[p["name"]] for p in self.params if p["kind"] != "positional"}
         return args, kwargs
+
+    def jit_order(self, leaves: Sequence[Any]) -> list[int] | None:
+        """Where each leaf jit takes, in the order it takes them, is among the
+        export's; None where the two orders agree.
+
+        The export takes the traced parameters in the signature's order; jit
+        takes the positional ones so, then the keyword ones by sorted name
+        (it flattens them as a dict).
+        """
+        import jax
+
+        trees = jax.tree_util.tree_unflatten(self.in_tree, leaves)
+        places: dict[str, range] = {}
+        start = 0
+        for name, tree in zip(self.names, trees, strict=True):
+            count = len(jax.tree_util.tree_leaves(tree))
+            places[name] = range(start, start + count)
+            start += count
+        kinds = {p["name"]: p["kind"] for p in self.params}
+        positional = [name for name in self.names if kinds[name] == "positional"]
+        keywords = sorted(name for name in self.names if kinds[name] != "positional")
+        order = [i for name in (*positional, *keywords) for i in places[name]]
+        return None if order == sorted(order) else order
 
     def lowered(self, static: Mapping[str, Any], leaves: Sequence[Any]) -> Any:
         """The jitted function lowered for a call of these leaves, as the program
@@ -322,7 +347,10 @@ def _inputs(
         )
     except Undescribed as undescribed:
         raise _Refusal(undescribed.rule, undescribed.reason, remedy=undescribed.remedy) from None
-    names = list(described.values)
+    # The signature's order, whatever order the descriptions came back in: the
+    # contract lists the traced parameters so (``traced``), the run binds a
+    # call's arguments by it, and the export takes their leaves in it.
+    names = [p["name"] for p in params if not p["static"]]
     trees = tuple(described.values[name] for name in names)
     leaves, tree = jax.tree_util.tree_flatten(trees)
     weakly = tuple(id(leaf) in described.weak for leaf in leaves)
@@ -397,7 +425,7 @@ def _export_variants(
     # A 64-bit input is traced as it would be under ppy run: only with x64 on,
     # which the trace records, so the staged path is taken only then.
     wide = any(spec["dtype"] in _WIDE for spec in inputs.specs)
-    flat = _Flat(fn, params, inputs.tree)
+    flat = _Flat(fn, params, inputs)
     with jax_config.enable_x64(True) if wide else contextlib.nullcontext():
         statics = _static_values(params)
         forms = [inputs]
@@ -590,7 +618,9 @@ def _compiles_as_jit(
     from ppy_plugin_jax.refinement import Uncompared, diverges
 
     try:
-        sizes = diverges(lambda sized: flat.lowered(static, sized), exported, leaves)
+        sizes = diverges(
+            lambda sized: flat.lowered(static, sized), exported, leaves, flat.jit_order(leaves)
+        )
     except Uncompared as error:
         raise _Refusal(
             "refinement",
@@ -653,7 +683,9 @@ def _side_effect(printed: str) -> dict[str, Any]:
 
 
 def _serve(request: Mapping[str, Any], out: IO[str], capture: Capture, watchdog: Watchdog) -> None:
-    sys.path.insert(0, request["root"])
+    safe = bool(request.get("safe_path"))
+    if not safe:  # python puts the program's folder first on sys.path
+        sys.path.insert(0, request["root"])
     import ppy  # noqa: F401  (installs the .ppy import hook)
 
     def send(message: Mapping[str, Any]) -> None:
@@ -665,12 +697,19 @@ def _serve(request: Mapping[str, Any], out: IO[str], capture: Capture, watchdog:
         send({"event": "module", "module": name, "offset": capture.flush()})
         watchdog.module_started()
         capture.take()
-        _beside(request["root"], module_request["path"])
+        if not safe:
+            _beside(request["root"], module_request["path"])
         try:
-            module = importlib.import_module(name)
+            module = _import(name, module_request, request["root"], safe)
         except BaseException as error:  # SystemExit and KeyboardInterrupt too: user code
             reason = _describe(error, f"importing {module_request['path']}", request["root"])
             output = capture.take()
+            # A module not found: which, and where this process looked for it.
+            missing = (
+                {"missing": error.name, "searched": list(sys.path)}
+                if isinstance(error, ModuleNotFoundError)
+                else {}
+            )
             for function in module_request["functions"]:
                 send(
                     {
@@ -680,6 +719,7 @@ def _serve(request: Mapping[str, Any], out: IO[str], capture: Capture, watchdog:
                         "rule": "import-failed",
                         "reason": reason,
                         "output": output,
+                        **missing,
                     }
                 )
             continue
@@ -700,6 +740,31 @@ def _serve(request: Mapping[str, Any], out: IO[str], capture: Capture, watchdog:
             result.update(module=name, qualname=function["qualname"], output=import_output + traced)
             send(result)
     send({"event": "done"})
+
+
+def _import(name: str, module_request: Mapping[str, Any], root: str, safe: bool) -> Any:
+    """The module, imported under its own name.
+
+    Under ``python -P`` (or ``PYTHONSAFEPATH``) a program's folder is not on
+    ``sys.path``: the program is loaded from its file, and what it imports is
+    found where python finds it, or not at all, as under python.
+    """
+    if not (safe and module_request.get("program")):
+        return importlib.import_module(name)
+    from importlib import machinery, util
+
+    path = os.path.join(os.path.abspath(root), module_request["path"])
+    loader = machinery.SourceFileLoader(name, path)
+    spec = util.spec_from_file_location(name, path, loader=loader)
+    assert spec is not None
+    module = util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
 
 
 @contextlib.contextmanager

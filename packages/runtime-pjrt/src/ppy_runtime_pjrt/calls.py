@@ -4,7 +4,8 @@
 reach the same export: the call is bound to the Python function's signature
 (defaults applied to static parameters), its static values pick the
 export's variant, and its traced parameters, in signature order, are the
-pytree whose leaves the export takes. The arguments jax's dispatcher keys
+pytree whose leaves the export takes. An entry that lists them in another
+order is not bound. The arguments jax's dispatcher keys
 its cache by are the call's own, less the static ones, as jit removes them:
 by position (``static_argnums``) and by name (``static_argnames``).
 """
@@ -49,6 +50,16 @@ class Calls:
         missing = [name for name in (*traced, *static) if name not in parameters]
         if missing:
             raise ValueError(f"the function has no parameter {', '.join(missing)}")
+        order = list(parameters)
+        if list(traced) != sorted(traced, key=order.index):
+            # The export takes its inputs in the order ``traced`` lists them;
+            # a build lists them in the signature's. One that listed them in
+            # another order paired each input with another's description, and
+            # binding by its order would hand each parameter another's value.
+            raise ValueError(
+                f"the entry lists its inputs as ({', '.join(traced)}), not in the "
+                f"signature's order; rebuild the artifact (`ppy build`)"
+            )
         self.traced = tuple(traced)
         self.static = tuple(static)
         positional = [

@@ -84,7 +84,8 @@ class JaxExport(Kind):
     """A ``@jax.jit`` function serialized by ``jax.export`` in the jax plugin's worker.
 
     ``traced`` names the parameters whose values the exports take (as the
-    leaves of their pytrees), ``static`` the ones each ``Variant`` was traced
+    leaves of their pytrees), in the signature's order, which is the order
+    the exports take them in; ``static`` the ones each ``Variant`` was traced
     for one value of. ``calling_convention_version`` in a variant is jax's
     own (of the export), ``calling_convention`` this contract's.
     ``captures`` are the values the trace read from the program's globals,

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from ppy.annotations import DTYPE_NAMES
 from ppy.config import SIGNATURES
 from ppy.errors import ConfigError
 
@@ -80,6 +81,32 @@ _ARRAY: Final = re.compile(r"[a-z][a-z0-9_]*\[(\d+(,\d+)*)?\]")
 _NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_<>][A-Za-z0-9_<>]*)*")
 #: ``module:qualname`` of a class or object a node names.
 _REF: Final = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", re.ASCII)
+
+#: The dtypes a recorded array may have: those ``ppy.DType`` names, and the
+#: narrow ones jax takes besides (jax 0.10 to 0.12, from ml_dtypes). Any other
+#: name is no array a jitted call was passed, and the build could not describe it.
+DTYPES: Final = DTYPE_NAMES | frozenset(
+    {
+        "int1",
+        "int2",
+        "int4",
+        "uint1",
+        "uint2",
+        "uint4",
+        "float4_e2m1fn",
+        "float6_e2m3fn",
+        "float6_e3m2fn",
+        "float8_e3m4",
+        "float8_e4m3",
+        "float8_e4m3b11fnuz",
+        "float8_e4m3fnuz",
+        "float8_e5m2fnuz",
+        "float8_e8m0fnu",
+    }
+)
+
+#: The largest dim an array has: XLA's are 64-bit signed integers.
+_MAX_DIM: Final = 2**63 - 1
 
 #: The input that holds what a function reads of the function around it.
 CLOSURE: Final = "<closure>"
@@ -321,6 +348,13 @@ class _Checker:
         text = value.get("array")
         if not isinstance(text, str) or not _ARRAY.fullmatch(text):
             raise self.fail(parameter, f"{where}: {text!r} is not an array such as float32[32,4]")
+        dtype, dims = parse_array(text)
+        if dtype not in DTYPES:
+            raise self.fail(
+                parameter, f"{where}: {dtype!r} is not a dtype jax gives an array (in {text!r})"
+            )
+        if any(dim > _MAX_DIM for dim in dims):
+            raise self.fail(parameter, f"{where}: {text!r} has a dim no array has (over 2**63-1)")
         extra = set(value) - {"array", "weak", "sharded"}
         flags = [value.get(k, False) for k in ("weak", "sharded")]
         if extra or any(type(flag) is not bool for flag in flags):
