@@ -793,7 +793,10 @@ def _serve(request: Mapping[str, Any], out: IO[str], capture: Capture, watchdog:
                     "reason": _describe(error, "exporting it", request["root"]),
                 }
             traced = capture.take()
-            if result["ok"] and traced.strip():
+            # A trace that writes stays for that first: it is what python shows,
+            # and a dim it wrote (``print(x.shape)``) would also be a question
+            # asked of the dim (rule specializes).
+            if traced.strip() and (result["ok"] or result.get("rule") == "specializes"):
                 result = _side_effect(traced)
             result.update(module=name, qualname=function["qualname"], output=import_output + traced)
             send(result)
