@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ppy.artifact.entry import Entry
+from ppy.artifact.entry import BUILD_ONLY, Entry
 from ppy.artifact.model import FORMAT, FORMAT_VERSION, MANIFEST, Artifact, ModuleRecord
 from ppy.artifact.read import loads, read_artifact
 from ppy.artifact.write import dumps, write_artifact
@@ -261,9 +261,12 @@ def test_loading_executes_nothing_in_a_payload(tmp_path: Path) -> None:
 
 
 def test_every_record_field_is_in_the_manifest() -> None:
-    """A new field in a record is a new manifest field: it needs a new format version."""
+    """A new field in a record is a new manifest field: it needs a new format
+    version. (What a plugin tells the build only, it marks ``BUILD_ONLY``.)"""
     document = json.loads(_manifest_bytes(sample()))
-    entry_fields = {f.name for f in dataclasses.fields(Entry)} - {"payload"} | {"members"}
+    written = {f.name for f in dataclasses.fields(Entry) if f.metadata != BUILD_ONLY}
+    entry_fields = written - {"payload"} | {"members"}
+    assert {f.name for f in dataclasses.fields(Entry)} - written == {"note", "trail"}
     assert set(document["entries"][0]) == entry_fields
     assert set(document["decisions"][0]) == {f.name for f in dataclasses.fields(Decision)}
     assert set(document["decisions"][0]["trail"][0]) == {f.name for f in dataclasses.fields(Check)}

@@ -43,6 +43,23 @@ def test_dims_that_move_apart_get_their_own_symbols() -> None:
     assert general.dims == {"B": (2, 4), "N": (5, 7)}
 
 
+def test_each_call_s_sizes_are_kept_together_most_called_first() -> None:
+    """What the build exports where a symbol is not faithful: the sizes each
+    signature gave the symbols together, each set once."""
+    general = generalise(
+        [
+            ({"a": _array("float32[4,3]"), "b": _array("float32[3,5]"), "k": {"static": 1}}, 5),
+            ({"a": _array("float32[2,3]"), "b": _array("float32[3,5]"), "k": {"static": 1}}, 2),
+            ({"a": _array("float32[4,3]"), "b": _array("float32[3,5]"), "k": {"static": 2}}, 1),
+            ({"a": _array("float32[2,3]"), "b": _array("float32[3,7]"), "k": {"static": 1}}, 1),
+        ]
+    )
+    assert general.rendered()["a"] == "float32[B,3]" and general.rendered()["b"] == "float32[3,N]"
+    assert general.sizes == ({"B": 4, "N": 5}, {"B": 2, "N": 5}, {"B": 2, "N": 7})
+    fixed = generalise([({"x": _array("float32[3]")}, 2)])
+    assert fixed.sizes == ()
+
+
 def test_static_values_are_variants_and_calls_of_another_dtype_are_left_out() -> None:
     general = generalise(
         [

@@ -68,20 +68,86 @@ def test_verify_sizes_off_stages_it_anyway(tmp_path: Path) -> None:
     assert "4 staged, 0 reused, 0 stay" in built.stdout, built.stdout
 
 
-def test_sampling_finds_a_size_singled_out_without_a_comparison(tmp_path: Path) -> None:
-    """A dict keyed by sizes is looked up by hash: no comparison is made for
-    the watch to see. ``verify-sizes = "sample"`` runs the export at B=1."""
+ASKED = """\
+from typing import Annotated
+
+import jax
+import jax.numpy as jnp
+
+import ppy
+
+Batch = Annotated[jax.Array, ppy.Shape("B", 4), ppy.DType("float32")]
+SCALES = {5: 10.0}
+
+
+@jax.jit
+def keyed(x: Batch) -> jax.Array:
+    return x.sum(axis=-1) * SCALES.get(x.shape[0], 1.0)
+
+
+@jax.jit
+def member(x: Batch) -> jax.Array:
+    return x.sum(axis=-1) * (2.0 if x.shape[0] in {5, 7} else 1.0)
+
+
+@jax.jit
+def truth(x: Batch) -> jax.Array:
+    return x.sum(axis=-1) * (1.0 if x.shape[0] - 5 else 3.0)
+
+
+@jax.jit
+def caught(x: Batch) -> jax.Array:
+    try:
+        big = x.shape[0] > 4
+    except Exception:
+        big = False
+    return x.sum(axis=-1) * (4.0 if big else 1.0)
+
+
+@jax.jit
+def named(x: Batch) -> jax.Array:
+    return x.sum(axis=-1) * {"5": 6.0}.get(str(x.shape[0]), 1.0)
+
+
+for rows in (1, 2, 3, 5):
+    x = jnp.arange(rows * 4, dtype=jnp.float32).reshape(rows, 4)
+    print(keyed(x), member(x), truth(x), caught(x), named(x))
+"""
+
+
+def test_a_size_used_as_a_key_a_truth_or_a_caught_comparison_stays(tmp_path: Path) -> None:
+    """The symbol is the source's: a question whose answer depends on the
+    size keeps the function unstaged, and the reason names the line."""
+    root = project(tmp_path / "p", {"model.ppy": ASKED})
+    compared = differential(root, cache=tmp_path / "c", quiet_stderr=None)
+    assert not compared.bound()
+    decisions = {d.qualname: d for d in read_artifact(root / ".ppy" / "artifact.ppyz").decisions}
+    for name, line, asked in (
+        ("keyed", 14, "looks B up by its hash (a dict key or a set member)"),
+        ("member", 19, "looks B up by its hash (a dict key or a set member)"),
+        ("truth", 24, "asks bool(B - 5)"),
+        ("caught", 30, "asks whether B > 4"),
+        ("named", 38, "writes B as text"),
+    ):
+        assert decisions[name].rule == "specializes", decisions[name]
+        assert f"model.ppy:{line} {asked}" in decisions[name].reason, decisions[name].reason
+
+
+def test_sampling_finds_a_size_singled_out_without_a_question(tmp_path: Path) -> None:
+    """A body can tell a symbol from a size without asking it anything: here
+    by its type. The watch sees no question; ``verify-sizes = "sample"`` runs
+    the export at B=1."""
     program = (
         PROGRAM.split("\n\n\n@jax.jit")[0]
         + """
 
 
 @jax.jit
-def keyed(x: Batch) -> jax.Array:
-    return x.sum(axis=-1) * {1: 100.0}.get(x.shape[0], 1.0)
+def typed(x: Batch) -> jax.Array:
+    return x.sum(axis=-1) * (100.0 if isinstance(x.shape[0], int) else 1.0)
 
 
-print(keyed(jnp.ones((1, 4), jnp.float32)), keyed(jnp.ones((2, 4), jnp.float32)))
+print(typed(jnp.ones((1, 4), jnp.float32)), typed(jnp.ones((2, 4), jnp.float32)))
 """
     )
     pyproject = PERMISSIONS + 'verify-sizes = "sample"\n'

@@ -40,6 +40,9 @@ from tests.hardening import (
     test_hostile_artifacts as hostile,
 )
 from tests.hardening import (
+    test_recording as recording,
+)
+from tests.hardening import (
     test_worker_process as worker,
 )
 from tests.hardening.support import ROOT, real_artifact
@@ -282,6 +285,33 @@ def rows() -> list[Row]:
             "the command at its edges: " + ", ".join(cli.EDGES),
             len(cli.EDGES),
             "what a Unix tool does: no traceback, the right exit code",
+        ),
+        Row(
+            "recording",
+            "`ppy record` of a static float JSON has no number for: "
+            + ", ".join(f"`{v}`" for v in recording.NON_FINITE),
+            len(recording.NON_FINITE),
+            "python's output; the call left out with `record.skipped`; build and run go on",
+        ),
+        Row(
+            "recording",
+            "`.ppy/signatures.json` holding by hand "
+            + ", ".join(f"`{n}`" for n in sorted(recording.HAND_EDITED))
+            + ", under `ppy build`, `ppy run`, `ppy record`",
+            len(recording.HAND_EDITED),
+            "exit 2 naming the file and the line; no traceback",
+        ),
+        Row(
+            "recording",
+            "not a regular file at `.ppy/signatures.json`: " + ", ".join(recording.SPECIAL),
+            len(recording.SPECIAL),
+            "no command waits; exit 2 naming the file, or recorded",
+        ),
+        Row(
+            "recording",
+            "`ppy record` of several programs of one project at once",
+            recording.RECORDERS,
+            "every program's functions in the file",
         ),
     ]
 

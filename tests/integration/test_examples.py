@@ -278,6 +278,20 @@ def test_the_readme_quotes_what_ppy_prints(
     assert not wrong, "the README quotes what ppy does not print:\n" + "\n".join(wrong)
 
 
+def test_the_recorded_example_stages_step_at_its_recorded_sizes(
+    built_examples: Callable[[str], BuiltExample],
+) -> None:
+    """The recorded training step's symbol is not faithful on this jax: it is
+    staged at the sizes its recording saw, and the README quotes the line."""
+    build = built_examples("80_recorded").build
+    assert build.returncode == 0, build.stdout + build.stderr
+    (step,) = [line for line in build.stdout.splitlines() if line.startswith("model  step ")]
+    said = step.split(" -> ")[-1].split(")  ", 1)[-1]
+    assert said.startswith("exported for cpu"), step
+    assert said in (EXAMPLES / "80_recorded" / "README.md").read_text(), said
+    assert _staged(build.stdout) == {"step", "accuracy"}
+
+
 def _staged(report: str) -> set[str]:
     """The functions a build report says are staged."""
     rows = [line.split() for line in report.splitlines()]

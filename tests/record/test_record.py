@@ -289,8 +289,16 @@ def test_a_new_recording_makes_the_artifact_stale(tmp_path: Path) -> None:
     assert _ppy(root, cache, "build").returncode == 0
     _ppy(root, cache, "record", "model.ppy", "16")
     ran = _ppy(root, cache, "-v", "run", "model.ppy", "24")
-    assert "run.build" in ran.stderr  # the recording changed: rebuilt before the run
+    # The recording changed, not the configuration: rebuilt before the run, saying so.
+    (rebuilt,) = [line for line in ran.stderr.splitlines() if "run.build " in line]
+    assert "the recorded signatures (.ppy/signatures.json) changed" in rebuilt, rebuilt
     assert "float32[B,4]" in _ppy(root, cache, "explain", "loss").stdout
+    # A change of [tool.ppy] is still named as such.
+    with (root / "pyproject.toml").open("a") as pyproject:
+        pyproject.write("export-timeout = 100\n")  # in [tool.ppy.plugins.jax]
+    ran = _ppy(root, cache, "-v", "run", "model.ppy", "24")
+    (rebuilt,) = [line for line in ran.stderr.splitlines() if "run.build " in line]
+    assert "the [tool.ppy] configuration changed" in rebuilt, rebuilt
 
 
 NESTED = """

@@ -31,8 +31,11 @@ __all__ = [
     "ARTIFACT_SUFFIX",
     "DEFAULT_ARTIFACT",
     "Config",
+    "NotAFile",
     "Setting",
+    "changed_part",
     "load_config",
+    "read_file",
     "remedy_for",
     "toml_type",
     "validate_table",
@@ -316,24 +319,76 @@ def _parse(pyproject: Path) -> dict[str, Any]:
 
 
 def _digest(table: Mapping[str, Any], recorded: str | None = None) -> str:
-    """The table's digest; with the recorded signatures' digest folded in where
-    the project has them, so a new recording makes the artifact stale."""
-    document = dict(table) if recorded is None else {**table, " recorded": recorded}
+    """The table's digest; with the recorded signatures' digest after a
+    ``+`` where the project has them, so a new recording makes the artifact
+    stale, and the reason can say which of the two changed
+    (``changed_part``)."""
     canonical = json.dumps(
-        document, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str
+        dict(table), sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str
     )
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return digest if recorded is None else f"{digest}{RECORDED_MARK}{recorded}"
+
+
+#: What separates the table's digest from the recording's in ``Config.digest``.
+RECORDED_MARK: Final = "+"
+
+
+def changed_part(built: str, now: str) -> str:
+    """Which part of a configuration digest differs between ``built`` (an
+    artifact's) and ``now``: ``"table"``, ``"recording"`` or ``"both"``."""
+    table, _, recorded = built.partition(RECORDED_MARK)
+    table_now, _, recorded_now = now.partition(RECORDED_MARK)
+    if table != table_now:
+        return "both" if recorded != recorded_now else "table"
+    return "recording"
 
 
 #: ``ppy record``'s file (``ppy.record.signatures.FILE``), relative to the root.
 SIGNATURES: Final = ".ppy/signatures.json"
+#: The most bytes of it that are read (``ppy.record.signatures.MAX_BYTES``).
+SIGNATURES_LIMIT: Final = 16 << 20
+
+
+class NotAFile(OSError):
+    """What should be a regular file is something else (a FIFO, a device, a folder)."""
+
+
+def read_file(path: Path, limit: int) -> bytes:
+    """At most ``limit + 1`` bytes of the regular file at ``path``.
+
+    It is opened without waiting: a FIFO or a device put where the file goes
+    would block a plain ``open`` (and every command with it) until something
+    writes to it; here it raises ``NotAFile``, as a folder does. Any other
+    failure is the ``OSError`` it is (``FileNotFoundError`` where there is none).
+    """
+    import os
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        kind = os.fstat(fd).st_mode
+        if not stat.S_ISREG(kind):
+            what = "a FIFO" if stat.S_ISFIFO(kind) else "a folder" if stat.S_ISDIR(kind) else None
+            raise NotAFile(0, f"it is {what or 'not a regular file'}, not a regular file")
+        chunks: list[bytes] = []
+        left = limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _recorded(root: Path) -> str | None:
-    """The sha256 of the project's recorded signatures, or None without them."""
+    """The sha256 of the project's recorded signatures, or None without them
+    (or where they cannot be read: the build then says why)."""
     try:
-        with open(root / SIGNATURES, "rb") as file:
-            return hashlib.sha256(file.read()).hexdigest()
+        return hashlib.sha256(read_file(root / SIGNATURES, SIGNATURES_LIMIT)).hexdigest()
     except OSError:
         return None
 

@@ -63,6 +63,8 @@ def describe(parameter: Parameter, static: bool = False) -> dict[str, Any]:
             array["weak"] = True
         if spec.weakly:
             array["weakly"] = True
+        if spec.recorded:  # its symbols are the recording's: ``ppy_plugin_jax.sizes``
+            array["recorded"] = True
     sharding = None
     if spec.sharding is not None:
         sharding = [list(a) if isinstance(a, tuple) else a for a in spec.sharding]

@@ -32,7 +32,7 @@ from typing import Any, Final
 from ppy.artifact.entry import Entry
 from ppy.kinds.fingerprint import DEFAULT_LIMIT
 from ppy.kinds.jax_export import JaxExport
-from ppy.plugin import StageFailure, StageRequest, StageTarget
+from ppy.plugin import Check, StageFailure, StageRequest, StageTarget
 from ppy.spec import MeshSpec
 
 from ppy_plugin_jax.inputs import describe
@@ -184,6 +184,7 @@ def _module_request(target: StageTarget) -> dict[str, Any]:
                 "scope": f.scope,
                 "closure": json.loads(f.closure) if f.closure is not None else None,
                 "made": f.made,
+                "sizes": json.loads(f.sizes) if f.sizes is not None else None,
                 "params": [
                     describe(p, static=p.name in f.static)
                     for p in f.parameters
@@ -216,6 +217,10 @@ def _entry(target: StageTarget, qualname: str, message: Mapping[str, Any]) -> En
         platforms=tuple(message["platforms"]),
         payload=contract.to_payload(),
         metadata=contract.to_metadata(),
+        note=message.get("note"),
+        trail=tuple(
+            Check(str(c["rule"]), False, str(c["detail"])) for c in message.get("trail") or ()
+        ),
     )
 
 

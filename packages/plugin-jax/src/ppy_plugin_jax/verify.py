@@ -1,39 +1,28 @@
 """Does an export with symbolic dims compute what the jitted function does, at every size?
 
-An annotation can claim ``Shape("B", 4)`` for a body that branches on
+An annotation can claim ``Shape("B", 4)`` for a body that depends on
 ``x.shape[0]``. jax then exports what the trace saw, and a staged call
 would silently compute something else at the sizes the body singles out.
 
-Where Python code specialises on a size is where it compares one. jax
-decides ``<`` and ``>=`` on symbolic dims or raises, but ``==`` and ``!=``
-it decides as unequal whenever it cannot tell, since ``__eq__`` may not
-raise. So the export's trace is watched (``comparisons``, the
-``verify-sizes`` default): an equality of a symbolic dim with a constant or
-another dim that jax could not decide, made by code outside jax, refuses
-the export and names its line. It costs the trace nothing measurable, and it
-finds ``x.shape[0] == 5`` where no sample of sizes would.
-
-``verify-sizes = "sample"`` adds what watching cannot see, such as a dict
-keyed by a size, at a price of two compiles per size: each export is run
-against the original jitted function on generated inputs, with each symbol
-at several sizes (``SIZES``, every symbol at each of them in turn): same
-output structure, shapes, dtypes and values, bit for bit (NaNs equal to
-NaNs). Sizes the export refuses are skipped (a staged call of them falls
-back to the original), and so are sizes the original refuses, unless the
-export computes them. The inputs are drawn from a fixed seed, so a build is
-repeatable.
+Where Python code asks a size something, the export's trace is watched
+(``ppy_plugin_jax.dependence``, the ``verify-sizes`` default). What no
+question shows (a body that tells a symbol from a size by its type) is
+left to ``verify-sizes = "sample"``, at a price of two compiles per size:
+each export is run against the original jitted function on generated
+inputs, with each symbol at several sizes (``SIZES``, every symbol at each
+of them in turn): same output structure, shapes, dtypes and values, bit for
+bit (NaNs equal to NaNs). Sizes the export refuses are skipped (a staged
+call of them falls back to the original), and so are sizes the original
+refuses, unless the export computes them. The inputs are drawn from a fixed
+seed, so a build is repeatable.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from typing import Any, Final, cast
 
-__all__ = ["SIZES", "Comparison", "comparisons", "specialized", "symbols"]
+__all__ = ["SIZES", "specialized", "symbols"]
 
 #: The sizes each symbolic dim is checked at: the smallest, a few small ones
 #: (where code special-cases 1, or takes x[:2]) and a larger one.
@@ -121,56 +110,3 @@ def specialized(
         if why is not None:
             return sizes, why
     return None
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """An equality of symbolic dims jax decided as unequal without knowing, and where."""
-
-    filename: str
-    line: int
-    left: str
-    right: str
-
-
-@contextlib.contextmanager
-def comparisons() -> Iterator[list[Comparison]]:
-    """Watch the trace run inside the block: the list fills with every
-    undecided equality of a symbolic dim that code outside jax made."""
-    import jax
-    from jax._src import core
-    from jax._src.export import shape_poly
-
-    expression = shape_poly._DimExpr
-    equal = expression.__eq__
-    inside = (
-        os.path.dirname(jax.__file__) + os.sep,
-        os.path.dirname(os.path.abspath(__file__)) + os.sep,
-    )
-    found: list[Comparison] = []
-
-    def watched(self: Any, other: Any) -> bool:
-        result: bool = equal(self, other)
-        if result:
-            return result
-        frame: Any = sys._getframe(1)
-        while frame is not None and frame.f_code.co_filename == shape_poly.__file__:
-            frame = frame.f_back  # __ne__, and jax's reflected calls
-        if frame is None or frame.f_code.co_filename.startswith(inside):
-            return result
-        undecided = (
-            self.scope is other.scope
-            if isinstance(other, expression)
-            else core.is_constant_dim(other)
-        )
-        if undecided and isinstance(self - other, expression):
-            found.append(
-                Comparison(frame.f_code.co_filename, frame.f_lineno, str(self), str(other))
-            )
-        return result
-
-    expression.__eq__ = watched  # type: ignore[method-assign]  # restored below
-    try:
-        yield found
-    finally:
-        expression.__eq__ = equal  # type: ignore[method-assign]

@@ -42,6 +42,7 @@ from ppy_plugin_jax.watchdog import Watchdog, high_copy
 if TYPE_CHECKING:
     from ppy.spec import MeshSpec
 
+    from ppy_plugin_jax.dependence import Use
     from ppy_plugin_jax.inputs import Abstract
 
 __all__ = ["PROTOCOL_VERSION", "main"]
@@ -249,10 +250,22 @@ def _leaf_specs(
 
 
 class _Refusal(Exception):
+    """Why a function is not exported. ``symbolic``: only its symbolic dims are
+    not faithful, and the sizes a recording saw would be (``ppy_plugin_jax.sizes``)."""
+
     def __init__(
-        self, rule: str, reason: str, *, deliberate: bool = False, remedy: str | None = None
+        self,
+        rule: str,
+        reason: str,
+        *,
+        deliberate: bool = False,
+        remedy: str | None = None,
+        symbolic: bool = False,
     ) -> None:
         super().__init__(reason)
+        self.rule = rule
+        self.reason = reason
+        self.symbolic = symbolic
         self.result: dict[str, Any] = {"ok": False, "rule": rule, "reason": reason}
         if deliberate:
             self.result["deliberate"] = True
@@ -426,12 +439,21 @@ def _export_variants(
     # which the trace records, so the staged path is taken only then.
     wide = any(spec["dtype"] in _WIDE for spec in inputs.specs)
     flat = _Flat(fn, params, inputs)
+    sizes = function.get("sizes") or []
     with jax_config.enable_x64(True) if wide else contextlib.nullcontext():
         statics = _static_values(params)
-        forms = [inputs]
-        if inputs.weakly and 2 * len(statics) <= JaxExport.MAX_VARIANTS:
-            forms.append(inputs.weakened())
-        variants = [_variant(flat, static, form, request) for static in statics for form in forms]
+        try:
+            variants = [
+                _variant(flat, static, form, request, recorded=bool(sizes))
+                for static in statics
+                for form in _forms(inputs, statics)
+            ]
+            note, trail = None, []
+        except _Refusal as refusal:
+            if not (refusal.symbolic and sizes):
+                raise
+            variants, note = _at_recorded_sizes(fn, module, function, request, statics, refusal)
+            trail = [{"rule": refusal.rule, "detail": f"{refusal.reason}; exported {note} instead"}]
         traced_under = read_config(jax.config, jax_config.trace_context_names())
     contract = JaxExport(
         jax_version=jax.__version__,
@@ -445,16 +467,68 @@ def _export_variants(
         constraints=inputs.constraints,
     )
     payload = contract.to_payload()
+    shown = [s["shown"] for s in inputs.specs]
     return {
         "ok": True,
         "payload": {k: base64.b64encode(v).decode("ascii") for k, v in payload.items()},
         "platforms": list(variants[0][1]),
-        # The inputs' dims as the source wrote them, where the export's differ.
-        "shown": [s["shown"] for s in inputs.specs]
-        if any(s["shown"] != s["dims"] for s in inputs.specs)
-        else None,
+        # The inputs' dims as the source wrote them, where the export's differ
+        # (at recorded sizes, the export's first variant has the first sizes).
+        "shown": shown if note or shown != [s["dims"] for s in inputs.specs] else None,
         "metadata": contract.to_metadata(),
+        "note": note,
+        "trail": trail,
     }
+
+
+def _forms(inputs: _Inputs, statics: Sequence[Mapping[str, Any]]) -> list[_Inputs]:
+    """The inputs as each variant of one static value takes them: as described,
+    and weakly typed too where a recording or an example saw them so."""
+    from ppy.kinds.jax_export import JaxExport
+
+    if inputs.weakly and 2 * len(statics) <= JaxExport.MAX_VARIANTS:
+        return [inputs, inputs.weakened()]
+    return [inputs]
+
+
+def _at_recorded_sizes(
+    fn: Any,
+    module: Any,
+    function: Mapping[str, Any],
+    request: Mapping[str, Any],
+    statics: list[dict[str, Any]],
+    refusal: _Refusal,
+) -> tuple[list[tuple[Any, tuple[str, ...]]], str]:
+    """The variants of a recorded function at the sizes its recording saw, most
+    called first, as many as an entry holds; and the note that says which.
+
+    ``refusal`` is why its symbols are not faithful: it stands where a symbol
+    the source wrote stays symbolic (the claim is the program's, and no size
+    of it was recorded), and where no recorded size fits in an entry.
+    """
+    from ppy.kinds.jax_export import JaxExport
+
+    from ppy_plugin_jax.sizes import named, sized
+
+    recorded = function["sizes"]
+    variants: list[tuple[Any, tuple[str, ...]]] = []
+    served: list[Mapping[str, int]] = []
+    for sizes in recorded:
+        params: list[Mapping[str, Any]] = [sized(p, sizes) for p in function["params"]]
+        inputs = _inputs(fn, module, params, request)
+        if any(not isinstance(d, int) for leaf in inputs.leaves for d in leaf.shape):
+            raise refusal
+        forms = _forms(inputs, statics)
+        if len(variants) + len(statics) * len(forms) > JaxExport.MAX_VARIANTS:
+            break
+        flat = _Flat(fn, params, inputs)
+        variants += [_variant(flat, static, form, request) for static in statics for form in forms]
+        served.append(sizes)
+    if not served:
+        raise refusal
+    left = len(recorded) - len(served)
+    more = f" (the {len(served)} most called of {len(recorded)})" if left else ""
+    return variants, f"at the recorded sizes {named(served)}{more}"
 
 
 def _evaluated(module: Any, call: str) -> Any:
@@ -541,36 +615,52 @@ def _codes(code: Any) -> Any:
 
 
 def _variant(
-    flat: _Flat, static: dict[str, Any], inputs: _Inputs, request: Mapping[str, Any]
+    flat: _Flat,
+    static: dict[str, Any],
+    inputs: _Inputs,
+    request: Mapping[str, Any],
+    *,
+    recorded: bool = False,
 ) -> tuple[Any, tuple[str, ...]]:
-    """The export for one value of each static parameter, and its platforms."""
+    """The export for one value of each static parameter, and its platforms.
+
+    ``recorded``: the symbols are a recording's, not the source's, so a trace
+    that asks one anything whose answer depends on its size refuses the
+    export whatever ``verify-sizes`` says, and so does any other failure of
+    the symbolic trace: the recorded sizes are exported instead.
+    """
     import jax
     from jax import export
     from ppy.kinds.jax_export import Variant
     from ppy.kinds.pytrees import Unrebuildable, recipe
     from ppy.spec import TensorSpec
 
+    from ppy_plugin_jax.dependence import watched
     from ppy_plugin_jax.mesh import out_shardings, spec_of
-    from ppy_plugin_jax.verify import comparisons, specialized
+    from ppy_plugin_jax.verify import specialized
 
     targets = request.get("platforms") or [jax.default_backend()]
     verify = request.get("verify_sizes", True)
     function = flat.bind(static)
     if inputs.mesh is not None:
         function = flat.bind(static, out_shardings(function, inputs.leaves))
-    with comparisons() as compared:
-        exported = export.export(function, platforms=targets)(*inputs.leaves)
-    out_tree = flat.out_trees[-1]
     where = f" with {', '.join(f'{k}={v!r}' for k, v in static.items())}" if static else ""
-    if compared and verify:
-        first = compared[0]
-        line = f"{_shown(first.filename, request['root'])}:{first.line}"
+    with watched() as uses:
+        try:
+            exported = export.export(function, platforms=targets)(*inputs.leaves)
+        except Exception as error:
+            if not recorded:
+                raise
+            if uses:
+                rule, reason = "specializes", _asked(uses[0], where, request["root"])
+            else:
+                rule = "export-failed"
+                reason = _describe(error, "exporting it with symbolic dims", request["root"])
+            raise _Refusal(rule, reason, symbolic=True) from None
+    out_tree = flat.out_trees[-1]
+    if uses and (verify or recorded):
         raise _Refusal(
-            "specializes",
-            f"{line} compares {first.left} with {first.right}{where}, which jax decides as "
-            f"unequal without knowing the size: where {first.left} = {first.right} the jitted "
-            "function takes the other branch, and the export does not",
-            deliberate=True,
+            "specializes", _asked(uses[0], where, request["root"]), deliberate=True, symbolic=True
         )
     found = specialized(function, exported) if verify == "sample" else None
     if found is not None:
@@ -580,6 +670,7 @@ def _variant(
             "specializes",
             f"at {at}{where}, {why}: the export does not serve every size its description claims",
             deliberate=True,
+            symbolic=True,
         )
     _compiles_as_jit(flat, static, exported, inputs.leaves, where)
     try:
@@ -610,6 +701,11 @@ def _variant(
     return variant, tuple(exported.platforms)
 
 
+def _asked(use: Use, where: str, root: str) -> str:
+    """A question the trace asked of a symbolic dim, as a refusal's reason."""
+    return f"{_shown(use.filename, root)}:{use.line} {use.asked}{where}, {use.why}"
+
+
 def _compiles_as_jit(
     flat: _Flat, static: dict[str, Any], exported: Any, leaves: Sequence[Any], where: str
 ) -> None:
@@ -627,6 +723,7 @@ def _compiles_as_jit(
             f"{error}{where}, so ppy cannot check that the export computes what jit does",
             deliberate=True,
             remedy="give the dims fixed sizes",
+            symbolic=True,
         ) from None
     if sizes is not None:
         at = ", ".join(f"{name}={size}" for name, size in sizes.items())
@@ -638,6 +735,7 @@ def _compiles_as_jit(
             "can differ in the last bits",
             deliberate=True,
             remedy="give the dims fixed sizes, which are compiled as jit compiles them",
+            symbolic=True,
         )
 
 
@@ -735,7 +833,10 @@ def _serve(request: Mapping[str, Any], out: IO[str], capture: Capture, watchdog:
                     "reason": _describe(error, "exporting it", request["root"]),
                 }
             traced = capture.take()
-            if result["ok"] and traced.strip():
+            # A trace that writes stays for that first: it is what python shows,
+            # and a dim it wrote (``print(x.shape)``) would also be a question
+            # asked of the dim (rule specializes).
+            if traced.strip() and (result["ok"] or result.get("rule") == "specializes"):
                 result = _side_effect(traced)
             result.update(module=name, qualname=function["qualname"], output=import_output + traced)
             send(result)

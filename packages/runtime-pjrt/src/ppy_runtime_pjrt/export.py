@@ -265,7 +265,9 @@ class StagedFunction:
             shown = ", ".join(f"{name}={_shown(value)}" for name, (_, value) in pairs)
             return Fallback("static", f"{shown} is not among the values staged")
         leaves, in_tree = jax.tree_util.tree_flatten(bound.traced)
-        staged = _weakly(choices, leaves)
+        staged = _sized(_weakly(choices, leaves), leaves)
+        if isinstance(staged, Fallback):
+            return staged
         if staged.platform is not None:
             staged.unrunnable, staged.platform = staged.platform(), None
         if staged.unrunnable is not None:
@@ -393,20 +395,51 @@ class StagedFunction:
             )
 
 
-def _weakly(choices: tuple[Staged, ...], leaves: list[Any]) -> Staged:
-    """The variant traced for the leaves' weak types, as jit traces a weakly
+def _weakly(choices: tuple[Staged, ...], leaves: list[Any]) -> tuple[Staged, ...]:
+    """The variants traced for the leaves' weak types, as jit traces a weakly
     typed leaf apart (``jnp.full(s, 0.1)`` in a first call, the strong
     result of the step after): the first where none was exported for them,
     and its guard says why."""
     if len(choices) == 1:
-        return choices[0]
+        return choices
     weak = tuple(
         type(leaf) in (int, float) or bool(getattr(leaf, "weak_type", False)) for leaf in leaves
     )
+    typed = tuple(s for s in choices if tuple(spec.weak for spec in s.variant.inputs) == weak)
+    return typed or choices[:1]
+
+
+def _sized(choices: tuple[Staged, ...], leaves: list[Any]) -> Staged | Fallback:
+    """The variant exported at the leaves' sizes, where an entry holds one per
+    size a recording saw (a symbol would not have been faithful): the one
+    whose guard takes them; else why none does, naming the sizes there are."""
+    if len(choices) == 1:
+        return choices[0]
+    refused = []
     for staged in choices:
-        if tuple(spec.weak for spec in staged.variant.inputs) == weak:
+        checked = staged.guard.check(leaves)
+        if not isinstance(checked, Fallback):
             return staged
-    return choices[0]
+        refused.append(checked)
+    if any(fallback.category != "dim" for fallback in refused):
+        return refused[0]
+    return _unrecorded(choices, leaves)
+
+
+def _unrecorded(choices: tuple[Staged, ...], leaves: list[Any]) -> Fallback:
+    """Why leaves of the right ranks and dtypes fit no variant: the inputs whose
+    dims differ between the variants, as called and as each variant has them."""
+    specs = [staged.variant.inputs for staged in choices]
+    moving = [i for i in range(len(specs[0])) if len({s[i].dims for s in specs}) > 1]
+
+    def name(index: int) -> str:
+        return specs[0][index].name or f"argument {index}"
+
+    called = ", ".join(f"{name(i)} {list(getattr(leaves[i], 'shape', ()))}" for i in moving)
+    staged = " or ".join(", ".join(f"{name(i)}: {s[i]}" for i in moving) for s in specs)
+    return Fallback(
+        "dim", f"called with {called}, a size the recording did not see: staged for {staged}"
+    )
 
 
 @dataclass(frozen=True)

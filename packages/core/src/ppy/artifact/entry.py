@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
-from ppy.decision import Decision
+from ppy.decision import Check, Decision
 from ppy.spec import TensorSpec, format_signature
 
-__all__ = ["Entry"]
+__all__ = ["BUILD_ONLY", "Entry"]
+
+#: The metadata of a field that a plugin hands the build and the manifest
+#: does not hold as such.
+BUILD_ONLY: Mapping[str, bool] = MappingProxyType({"manifest": False})
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,12 @@ class Entry:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     #: The decision that staged it (filled in by the build).
     decision: Decision | None = None
+    #: How the plugin staged it, where the build line should say so (``at the
+    #: recorded sizes B=24, 64``), and what it found on the way there, for the
+    #: decision's trail. The build puts both into the decision, which the
+    #: manifest holds; neither is a field of the manifest's entry (``BUILD_ONLY``).
+    note: str | None = field(default=None, compare=False, metadata=BUILD_ONLY)
+    trail: tuple[Check, ...] = field(default=(), compare=False, metadata=BUILD_ONLY)
 
     @property
     def key(self) -> tuple[str, str]:

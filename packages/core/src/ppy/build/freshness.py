@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ppy.config import SIGNATURES, changed_part
 from ppy.layout import find_sources
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def stale_sources(config: Config, artifact: Artifact | None) -> str | None:
     if artifact is None:
         return "no artifact has been built"
     if artifact.config_digest != config.digest:
-        return "the [tool.ppy] configuration changed"
+        return _configuration(changed_part(artifact.config_digest, config.digest))
     recorded = {m.path: m for m in artifact.modules}
     current = {p.relative_to(config.root).as_posix(): p for p in find_sources(config.root)}
     if set(recorded) != set(current):
@@ -73,6 +74,15 @@ def stale_sources(config: Config, artifact: Artifact | None) -> str | None:
         if hashlib.sha256(path.read_bytes()).hexdigest() != recorded[rel].sha256:
             return f"{rel} changed since the build"
     return None
+
+
+def _configuration(part: str) -> str:
+    """Why the configuration digest differs, in the words of what changed."""
+    return {
+        "table": "the [tool.ppy] configuration changed",
+        "recording": f"the recorded signatures ({SIGNATURES}) changed",
+        "both": f"the [tool.ppy] configuration and the recorded signatures ({SIGNATURES}) changed",
+    }[part]
 
 
 def stale_tools(config: Config, artifact: Artifact, plugins: Mapping[str, Plugin]) -> str | None:

@@ -283,9 +283,11 @@ def _settle(
             result = results.get((target.module.name, function.qualname))
             if isinstance(result, Entry):
                 reason = f"{plugin.verb} for {', '.join(result.platforms)}"
+                if result.note:  # how: at the sizes a recording saw, say
+                    reason += f" {result.note}"
                 if function.recorded:  # where the description came from
                     reason += f"; {function.recorded}"
-                settled = decision.settle(
+                settled = replace(decision, trail=(*decision.trail, *result.trail)).settle(
                     Outcome.STAGED, "staged", reason, signature=result.signature
                 )
                 ledger.settle(settled, result)

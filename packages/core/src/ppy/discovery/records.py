@@ -147,6 +147,10 @@ class FunctionInfo:
     #: Where a description came from a recording (``ppy record``): how many
     #: calls in how many runs, such as ``recorded: 12 calls in 2 runs``.
     recorded: str | None = None
+    #: Where a recording generalised dims into symbols: the sets of sizes it
+    #: saw, most called first, as JSON ``[{"B": 64}, {"B": 24}]``; the build
+    #: exports these where a symbol would not be faithful (``ppy record``).
+    sizes: str | None = None
     #: For a function defined inside another, what a recording saw it read
     #: of that one: JSON ``{name: {"static": literal} | {"ref": "module:name"}}``.
     closure: str | None = None

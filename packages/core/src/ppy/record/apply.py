@@ -42,8 +42,11 @@ def apply_recording(module: ModuleInfo, signatures: Signatures | None) -> Module
             for p in function.parameters
         )
         held = json.dumps(general.closure, sort_keys=True) if general.closure is not None else None
+        sizes = json.dumps(list(general.sizes)) if general.sizes else None
         functions.append(
-            dataclasses.replace(function, parameters=parameters, recorded=note, closure=held)
+            dataclasses.replace(
+                function, parameters=parameters, recorded=note, closure=held, sizes=sizes
+            )
         )
         changed = True
     return dataclasses.replace(module, functions=tuple(functions)) if changed else module

@@ -75,6 +75,10 @@ class General:
     #: For a function defined inside another: the variables it reads of that
     #: one, ``{name: {"static": literal} | {"ref": "module:name"}}``.
     closure: dict[str, Any] | None = None
+    #: The sizes each served signature gave the symbols together, most called
+    #: first, each once: ``({"B": 64}, {"B": 24})``. The build exports these
+    #: where a symbol would not be faithful.
+    sizes: tuple[dict[str, int], ...] = ()
 
     def rendered(self) -> dict[str, str]:
         found = {name: described.rendered() for name, described in self.parameters.items()}
@@ -146,10 +150,13 @@ def generalise(recorded: Sequence[tuple[Mapping[str, Any], int]]) -> General:
         elif name in described:
             general.parameters[name] = described[name]
     general.parameters = {n: general.parameters[n] for n in names if n in general.parameters}
-    general.dims = {
-        symbol: tuple(sorted(set(column)))
-        for column, symbol in sorted(symbols.items(), key=_by_symbol)
-    }
+    ordered = sorted(symbols.items(), key=_by_symbol)
+    general.dims = {symbol: tuple(sorted(set(column))) for column, symbol in ordered}
+    if ordered:
+        calls = (
+            tuple((symbol, column[i]) for column, symbol in ordered) for i in range(len(recorded))
+        )
+        general.sizes = tuple(dict(pairs) for pairs in dict.fromkeys(calls))
     return general
 
 

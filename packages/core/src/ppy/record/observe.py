@@ -250,6 +250,9 @@ def _finite(value: Any) -> bool:
 
 def _input(value: Any, static: bool, main: str) -> dict[str, Any]:
     if static:
+        if type(value) is float and not math.isfinite(value):
+            # JSON has no such number, nor has the artifact's manifest.
+            raise Unrecordable(f"the static float {value}, which the file holds no number for")
         if value is None or type(value) in (bool, int, float, str):
             return {"static": value}
         raise Unrecordable(f"a static {type(value).__name__}, which is not a literal")

@@ -7,14 +7,19 @@ staged, and prints what python prints; ppy says nothing unless asked
 damaged one stops the recording before any of the program's work is done,
 and it is written when the program ends (``sys.exit`` and an uncaught
 exception included; a process killed, or ended with ``os._exit``, writes
-nothing).
+nothing), merged with the file as it is then, under the project's lock, so
+that recordings of two programs of one project that run at once both land.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ppy.errors import UsageError
+
+if TYPE_CHECKING:
+    from ppy.record.signatures import Signatures
 
 __all__ = ["record"]
 
@@ -26,7 +31,7 @@ def record(program: str, argv: list[str], *, replace: bool) -> int:
     from ppy.layout import find_sources, module_name
     from ppy.log import get_logger
     from ppy.record.observe import Recorder, candidates
-    from ppy.record.signatures import read_signatures, signatures_path, write_signatures
+    from ppy.record.signatures import read_signatures, signatures_path
     from ppy.run.collector import set_aside
     from ppy.run.program import run_program
 
@@ -35,7 +40,8 @@ def record(program: str, argv: list[str], *, replace: bool) -> int:
         raise UsageError(f"{program}: no such file", remedy="give the path of a .ppy program")
     config = load_config(path)
     target = signatures_path(config.root)
-    previous = None if replace else read_signatures(target)
+    if not replace:  # a damaged file stops the recording before the program runs
+        read_signatures(target)
     modules = [discover_module(config.root, source) for source in find_sources(config.root)]
     main = module_name(config.root.resolve(), path.resolve()) or "__main__"
     recorder = Recorder(config.root, candidates(modules), main)
@@ -45,11 +51,7 @@ def record(program: str, argv: list[str], *, replace: bool) -> int:
             program, argv, artifact=None, runtimes={}, root=config.root, binder=recorder
         )
     finally:
-        found = recorder.signatures()
-        if previous is not None:
-            previous.merge(found)
-            found = previous
-        write_signatures(target, found)
+        found = _write(target, recorder.signatures(), config.artifact, replace=replace)
         log = get_logger()
         for (function, why), calls in sorted(recorder.skipped.items()):
             log.warning(
@@ -57,7 +59,8 @@ def record(program: str, argv: list[str], *, replace: bool) -> int:
                 function=function,
                 calls=calls,
                 reason=f"passed {why}; those calls are not in the file",
-                remedy="pass static arguments as bool, int, float, str or None; describe "
+                remedy="pass static arguments as bool, int, float, str or None (a float "
+                "that is not finite is not recorded: those calls stay jit's own); describe "
                 "an input whose pytree cannot be recorded with ppy.Like",
             )
         log.info(
@@ -66,3 +69,19 @@ def record(program: str, argv: list[str], *, replace: bool) -> int:
             functions=len(found.functions),
             runs=found.runs,
         )
+
+
+def _write(target: Path, found: Signatures, artifact: Path, *, replace: bool) -> Signatures:
+    """Write this run's signatures, merged with the file as it is now, under
+    the project's lock: a recording of another program of the project that
+    ends meanwhile is merged too, never written over. What was written."""
+    from ppy.artifact.lock import build_lock
+    from ppy.record.signatures import read_signatures, write_signatures
+
+    with build_lock(artifact):
+        current = None if replace else read_signatures(target)
+        if current is not None:
+            current.merge(found)
+            found = current
+        write_signatures(target, found)
+    return found

@@ -44,15 +44,19 @@ wrong (exit 2). Nothing in it is executed.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
+import os
 import re
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from ppy.annotations import DTYPE_NAMES
-from ppy.config import SIGNATURES
+from ppy.config import SIGNATURES, SIGNATURES_LIMIT, read_file
 from ppy.errors import ConfigError
 
 __all__ = [
@@ -72,7 +76,7 @@ FILE: Final = SIGNATURES
 FORMAT: Final = "ppy-signatures"
 VERSION: Final = 1
 #: Limits on what is read, as on an artifact's manifest.
-MAX_BYTES: Final = 16 << 20
+MAX_BYTES: Final = SIGNATURES_LIMIT
 MAX_FUNCTIONS: Final = 10_000
 MAX_SIGNATURES: Final = 1_000
 MAX_LEAVES: Final = 10_000
@@ -165,26 +169,67 @@ def _canonical(inputs: Mapping[str, Input]) -> str:
 
 def read_signatures(path: Path) -> Signatures | None:
     """The file at ``path``, checked; None where there is none; ``ConfigError``
-    (exit 2) naming the line where it is not what ``ppy record`` writes."""
+    (exit 2) naming the line where it is not what ``ppy record`` writes.
+
+    Only a regular file is read, and opening it never waits (a FIFO there is
+    an error, not a hang). JSON's non-finite numbers (``NaN``, ``Infinity``,
+    ``1e999``) are refused where they are: no static value ppy stages is one.
+    """
     try:
-        with open(path, "rb") as file:
-            data = file.read(MAX_BYTES + 1)
+        data = read_file(path, MAX_BYTES)
     except FileNotFoundError:
         return None
     except OSError as error:
-        raise ConfigError(f"cannot read it: {error.strerror}", path=str(path)) from None
+        raise ConfigError(
+            f"cannot read it: {error.strerror or error}",
+            path=str(path),
+            remedy="make it a readable file, or remove it and record again with `ppy record`",
+        ) from None
     if len(data) > MAX_BYTES:
         raise _bad(path, 1, f"it is over {MAX_BYTES >> 20} MiB")
     try:
         text = data.decode("utf-8")
-        document = json.loads(text)
+        document = json.loads(text, parse_constant=_non_finite, parse_float=_finite)
     except UnicodeDecodeError:
         raise _bad(path, 1, "it is not UTF-8 text") from None
+    except _NonFinite as error:
+        raise _bad(
+            path,
+            _line_of_number(text, str(error)),
+            f"{error} is not a finite number; a recording holds none",
+        ) from None
     except json.JSONDecodeError as error:
         raise _bad(path, error.lineno, f"not JSON: {error.msg}") from None
     except RecursionError:
         raise _bad(path, 1, "it nests too deeply") from None
     return _Checker(path, text).signatures(document)
+
+
+class _NonFinite(ValueError):
+    """A number JSON can write but a recording never holds; the message is its text."""
+
+
+def _non_finite(constant: str) -> float:
+    raise _NonFinite(constant)
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 reads as inf
+        raise _NonFinite(text)
+    return value
+
+
+#: A JSON string (skipped), or a number or constant written outside one.
+_TOKEN: Final = re.compile(r'"(?:[^"\\]|\\.)*"|(-?(?:Infinity|NaN|[0-9][0-9.eE+-]*))')
+
+
+def _line_of_number(text: str, number: str) -> int:
+    """The line where ``number`` is written outside a string; 1 where it is not found."""
+    for match in _TOKEN.finditer(text):
+        if match.group(1) in (number, f"-{number}"):
+            return text.count("\n", 0, match.start(1)) + 1
+    return 1
 
 
 def _bad(path: Path, line: int, message: str) -> ConfigError:
@@ -362,7 +407,9 @@ class _Checker:
 
 
 def _literal(value: object) -> bool:
-    return value is None or type(value) in (bool, int, float, str)
+    if type(value) is float:
+        return math.isfinite(value)
+    return value is None or type(value) in (bool, int, str)
 
 
 def _metadata(value: object, depth: int) -> bool:
@@ -419,10 +466,23 @@ def write_signatures(path: Path, signatures: Signatures) -> None:
         ]
     lines += ["  }", "}", ""]
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text("\n".join(lines))
-    temporary.replace(path)
+    # A file of its own name beside it, then renamed over it: a reader sees
+    # the old file or the new one, and nothing put at a fixed temporary
+    # name (a FIFO, a link) is written through.
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # as open() makes a file: it is committed, and shared
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            file.write("\n".join(lines))
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def _compact(value: object) -> str:
-    return json.dumps(value, separators=(", ", ": "))
+    # Never NaN or Infinity: the reader refuses them (a recording holds none).
+    return json.dumps(value, separators=(", ", ": "), allow_nan=False)
