@@ -287,10 +287,17 @@ def _main(argv: list[str], warm: bool | None) -> int | Program:
             return _doctor(args)
         return _cache(args)
     except PpyError as error:
-        print(f"ppy: error: {error}", file=sys.stderr)
+        _error(f"ppy: error: {error}")
         return error.exit_code
     except KeyboardInterrupt:
         return 130
+
+
+def _error(text: str) -> None:
+    """A line on stderr; none where there is no stderr (fd 2 closed), since
+    ``print(file=None)`` would put it on stdout."""
+    if sys.stderr is not None:
+        print(text, file=sys.stderr)
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -315,10 +322,7 @@ def _build(args: argparse.Namespace) -> int:
         print(summary(result.decisions))
     if result.failed and not args.keep_going:
         names = ", ".join(f"{d.module}.{d.qualname}" for d in result.failed)
-        print(
-            f"ppy: error: could not stage {names} (see above); --keep-going accepts that",
-            file=sys.stderr,
-        )
+        _error(f"ppy: error: could not stage {names} (see above); --keep-going accepts that")
         return 1
     return 0
 

@@ -172,7 +172,8 @@ class Program:
                 return 130  # only if the signal does not end the process
             return 1
         finally:
-            sys.stdout.flush()
+            if sys.stdout is not None:  # None: python found no fd 1 (`>&-`)
+                sys.stdout.flush()
             self._finder.remove()
             self._binder.jits.remove()
             _close(self._runtimes)
@@ -229,7 +230,11 @@ def _exit_code(done: SystemExit) -> int:
         return 0
     if isinstance(code, int):
         return code
-    print(code, file=sys.stderr)
+    if sys.stderr is not None:
+        print(code, file=sys.stderr)
+    else:  # as python does: to the C stderr, which may be closed too
+        with contextlib.suppress(OSError):
+            os.write(2, f"{code}\n".encode(errors="backslashreplace"))
     return 1
 
 
@@ -253,6 +258,8 @@ def _report(
     try:
         hook(kind, value, tb)
     except BaseException as failed:
+        if sys.stderr is None:
+            return
         print("Error in sys.excepthook:", file=sys.stderr)
         _print_exception(type(failed), failed, failed.__traceback__, own)
         print("\nOriginal exception was:", file=sys.stderr)
@@ -265,7 +272,10 @@ def _print_exception(
     tb: TracebackType | None,
     own: frozenset[str],
 ) -> None:
-    """The traceback python would print, without ppy's own frames."""
+    """The traceback python would print, without ppy's own frames; nothing
+    where ``sys.stderr`` is None (python started with fd 2 closed), as python."""
+    if sys.stderr is None:
+        return
     report = traceback.TracebackException(kind, value, tb, compact=True)
     _drop_own_frames(report, own, set())
     print("".join(report.format()), end="", file=sys.stderr)
