@@ -1,4 +1,5 @@
-"""A standard stream closed (`model.ppy >&-`, `2>&-`, `<&-`): `ppy run` and `ppy record` end as python ends, with its exit status and output, and ppy's own lines go nowhere.
+"""A standard stream closed (`>&-`, `2>&-`, `<&-`): `ppy run` and `ppy record`
+end as python ends, with its exit status and output; ppy's own lines go nowhere.
 """
 
 from __future__ import annotations
@@ -98,7 +99,8 @@ def test_a_closed_stream_ends_the_run_as_it_ends_python(
     assert python[0] == 1 and ("failed" in python[2] or "message" in python[2] or fd == 2)
     verbose = ["-v", "--log-format", "json"]
     for command in ("run", "record"):
-        code, stdout, stderr = _closed(fd, [*PPY, *verbose, command, "model.ppy", ending], root, cache)
+        ran = _closed(fd, [*PPY, *verbose, command, "model.ppy", ending], root, cache)
+        code, stdout, stderr = ran
         assert (code, stdout, _own_lines_apart(stderr)) == python, (command, stderr)
         if fd == 2:  # ppy's events had nowhere to go, and went nowhere
             assert "event" not in stdout
