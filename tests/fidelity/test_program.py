@@ -89,6 +89,37 @@ def test_an_uncaught_keyboard_interrupt_ends_the_process_by_sigint(tmp_path: Pat
     assert "atexit ran" in compared.python.stdout
 
 
+def test_exit_handlers_see_the_programs_argv_path_and_main(tmp_path: Path) -> None:
+    """python runs ``atexit`` handlers after the program, with its
+    ``sys.argv``, ``sys.path`` and ``__main__`` still in place, and
+    ``__file__`` and ``__cached__`` taken out of ``__main__`` once the
+    script ended, unless it ended by ``sys.exit``."""
+    root = project(
+        tmp_path / "p",
+        {
+            "model.ppy": STAGED + "import atexit, os, sys\n"
+            "MARK = 'the program'\n"
+            "here = os.path.dirname(__file__)\n"
+            "def bye():\n"
+            "    main = sys.modules['__main__']\n"
+            "    print(sys.argv, sys.path[0] == here, getattr(main, 'MARK', None))\n"
+            "    print(sorted(k for k in vars(main) if k in ('__file__', '__cached__')))\n"
+            "atexit.register(bye)\n"
+            "print(score(jnp.ones((2, 4))))\n"
+            "if sys.argv[1:] == ['exit']:\n"
+            "    sys.exit(3)\n"
+            "if sys.argv[1:] == ['raise']:\n"
+            "    raise ValueError('ended by an exception')\n"
+        },
+    )
+    for ending in ("end", "exit", "raise"):
+        compared = differential(root, ending, cache=tmp_path / "c", build=ending == "end")
+        assert compared.bound() == {"score"}
+        assert f"['model.ppy', '{ending}'] True the program" in compared.python.stdout
+        kept = "['__cached__', '__file__']" if ending == "exit" else "[]"
+        assert compared.python.stdout.endswith(f"\n{kept}\n")
+
+
 def test_the_program_sees_only_its_own_globals(tmp_path: Path) -> None:
     root = project(
         tmp_path / "p",

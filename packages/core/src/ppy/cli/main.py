@@ -247,8 +247,8 @@ def main(argv: Sequence[str] | None = None, *, warm: bool | None = None) -> int:
         program = _main(list(sys.argv[1:] if argv is None else argv), warm)
         if isinstance(program, int):
             return program
-        with program as code:
-            exec(code, program.namespace)
+        with program as run:
+            run()
         return program.end()
     except BrokenPipeError:
         # The reader went away (`ppy inspect --json | head`): stop quietly, as

@@ -76,10 +76,10 @@ class Recorder:
         return set(self.functions)
 
     def code(
-        self, path: Path, module: str | None
+        self, path: str, module: str | None
     ) -> tuple[CodeType, Callable[[str, Any], Any] | None]:
         functions = self.functions.get(module or "", {})
-        bound = bind_source(path.read_bytes(), str(path), frozenset(functions))
+        bound = bind_source(Path(path).read_bytes(), path, frozenset(functions))
         if not functions:
             return bound.code, None
         assert module is not None

@@ -12,23 +12,31 @@ nothing).
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ppy.errors import UsageError
+
+if TYPE_CHECKING:
+    from ppy.record.observe import Recorder
+    from ppy.record.signatures import Signatures
+    from ppy.run.program import Program
 
 __all__ = ["record"]
 
 
-def record(program: str, argv: list[str], *, replace: bool) -> int:
-    """Record a run of ``program``; the program's exit code."""
+def record(program: str, argv: list[str], *, replace: bool) -> Program:
+    """``program`` ready to be recorded: run it as ``ppy run`` runs one (in
+    the caller's frame, ``ppy.run.program.Program``), and its signatures are
+    written when it ends."""
     from ppy.config import load_config
     from ppy.discovery.module import discover_module
     from ppy.layout import find_sources, module_name
-    from ppy.log import get_logger
     from ppy.record.observe import Recorder, candidates
-    from ppy.record.signatures import read_signatures, signatures_path, write_signatures
+    from ppy.record.signatures import read_signatures, signatures_path
     from ppy.run.collector import set_aside
-    from ppy.run.program import run_program
+    from ppy.run.program import Program
 
     path = Path(program)
     if not path.is_file():
@@ -40,29 +48,40 @@ def record(program: str, argv: list[str], *, replace: bool) -> int:
     main = module_name(config.root.resolve(), path.resolve()) or "__main__"
     recorder = Recorder(config.root, candidates(modules), main)
     set_aside(config.root)
-    try:
-        return run_program(
-            program, argv, artifact=None, runtimes={}, root=config.root, binder=recorder
+    return Program(
+        program,
+        argv,
+        artifact=None,
+        runtimes={},
+        root=config.root,
+        binder=recorder,
+        ended=functools.partial(_write, recorder, previous, target),
+    )
+
+
+def _write(recorder: Recorder, previous: Signatures | None, target: Path) -> None:
+    """Write what the run called, merged into what the file held."""
+    from ppy.log import get_logger
+    from ppy.record.signatures import write_signatures
+
+    found = recorder.signatures()
+    if previous is not None:
+        previous.merge(found)
+        found = previous
+    write_signatures(target, found)
+    log = get_logger()
+    for (function, why), calls in sorted(recorder.skipped.items()):
+        log.warning(
+            "record.skipped",
+            function=function,
+            calls=calls,
+            reason=f"passed {why}; those calls are not in the file",
+            remedy="pass static arguments as bool, int, float, str or None; describe "
+            "an input whose pytree cannot be recorded with ppy.Like",
         )
-    finally:
-        found = recorder.signatures()
-        if previous is not None:
-            previous.merge(found)
-            found = previous
-        write_signatures(target, found)
-        log = get_logger()
-        for (function, why), calls in sorted(recorder.skipped.items()):
-            log.warning(
-                "record.skipped",
-                function=function,
-                calls=calls,
-                reason=f"passed {why}; those calls are not in the file",
-                remedy="pass static arguments as bool, int, float, str or None; describe "
-                "an input whose pytree cannot be recorded with ppy.Like",
-            )
-        log.info(
-            "record.written",
-            path=str(target),
-            functions=len(found.functions),
-            runs=found.runs,
-        )
+    log.info(
+        "record.written",
+        path=str(target),
+        functions=len(found.functions),
+        runs=found.runs,
+    )

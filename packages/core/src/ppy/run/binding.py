@@ -235,12 +235,13 @@ class Binder:
         _log().warning("run.unbound", module=entry.module, function=entry.qualname, reason=reason)
 
     def code(
-        self, path: Path, module: str | None
+        self, path: str, module: str | None
     ) -> tuple[CodeType, Callable[[str, Any], Any] | None]:
-        """The module's code, and the ``__ppy_bind__`` it calls (None: it binds nothing)."""
-        source = path.read_bytes()
+        """The module's code, named ``path``, and the ``__ppy_bind__`` it calls
+        (None: it binds nothing)."""
+        source = Path(path).read_bytes()
         entries = self.entries(module, source)
-        bound = bind_source(source, str(path), frozenset(entries))
+        bound = bind_source(source, path, frozenset(entries))
         if not entries:
             return bound.code, None
         bind = self.binder(entries)
@@ -250,7 +251,7 @@ class Binder:
 
 def want_made(
     jits: MadeJits,
-    path: Path,
+    path: str,
     staged: frozenset[str],
     bound: BoundSource,
     bind: Callable[[str, Any], Any],
@@ -259,9 +260,9 @@ def want_made(
     of a ``staged`` qualname that no module-level statement binds: a def found
     by its code, a ``name = jax.jit(...)`` in a function by the lines of its call."""
     for qualname in sorted(staged - bound.named - set(bound.sites)):
-        jits.want(str(path), qualname, functools.partial(bind, qualname))
+        jits.want(path, qualname, functools.partial(bind, qualname))
     for qualname, (owner, lines) in sorted(bound.sites.items()):
-        jits.want_site(str(path), owner, lines, functools.partial(bind, qualname))
+        jits.want_site(path, owner, lines, functools.partial(bind, qualname))
 
 
 class Binds(Protocol):
@@ -275,8 +276,10 @@ class Binds(Protocol):
     def modules(self) -> set[str]: ...
 
     def code(
-        self, path: Path, module: str | None
-    ) -> tuple[CodeType, Callable[[str, Any], Any] | None]: ...
+        self, path: str, module: str | None
+    ) -> tuple[CodeType, Callable[[str, Any], Any] | None]:
+        """The code of the module at ``path`` (the filename its code carries),
+        and the ``__ppy_bind__`` it calls, or None."""
 
 
 class _BindingLoader(importlib.abc.Loader):
@@ -291,7 +294,7 @@ class _BindingLoader(importlib.abc.Loader):
         return None
 
     def exec_module(self, module: ModuleType) -> None:
-        code, bind = self.binder.code(self.path, self.module)
+        code, bind = self.binder.code(str(self.path), self.module)
         if bind is not None:
             module.__dict__[BIND_NAME] = bind
         exec(code, module.__dict__)

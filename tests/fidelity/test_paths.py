@@ -1,0 +1,120 @@
+"""Where the program is and what its imports find: `./model.ppy` and
+`../p/model.ppy` as typed, `PYTHONSAFEPATH` and `-P`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import run_ppy
+from tests.fidelity.support import SERVED, WARM, differential, project
+
+STAGED = """\
+import os
+import sys
+from typing import Annotated
+
+import jax
+import jax.numpy as jnp
+
+import ppy
+
+Batch = Annotated[jax.Array, ppy.Shape("B", 4), ppy.DType("float32")]
+
+
+@jax.jit
+def score(x: Batch) -> jax.Array:
+    return jnp.sum(x, axis=-1)
+
+
+"""
+
+WHERE = (
+    STAGED
+    + """\
+import traceback
+
+if __name__ == "__main__":
+    print(__file__, __loader__.path, sys.path[0])
+    print(traceback.extract_stack()[-1].filename, sys._getframe().f_code.co_filename)
+    print(score(jnp.ones((2, 4))))
+    raise ValueError("the traceback names the file as typed")
+"""
+)
+
+
+def test_the_path_as_typed_is_the_path_python_gives_the_program(tmp_path: Path) -> None:
+    """python makes a relative script path absolute by putting the working
+    folder in front of it, and normalizes nothing (3.11 to 3.13 alike):
+    ``./model.ppy`` is ``/cwd/./model.ppy`` in ``__file__`` and in
+    tracebacks, ``../p/model.ppy`` is ``/cwd/../p/model.ppy``."""
+    root = project(tmp_path / "p", {"model.ppy": WHERE})
+    cache = tmp_path / "c"
+    assert run_ppy("build", cwd=root, env={"PPY_CACHE_DIR": str(cache)}).returncode == 0
+    beside = tmp_path / "beside"
+    beside.mkdir()
+    for cwd, typed in ((root, "./model.ppy"), (beside, "../p/model.ppy"), (root, "model.ppy")):
+        compared = differential(cwd, cache=cache, program=typed, build=False)
+        assert compared.bound() == {"score"}
+        assert f"{cwd}/{typed}" in compared.python.stdout, compared.python.stdout
+        assert f'File "{cwd}/{typed}", line' in compared.python.stderr
+
+
+SAFE = (
+    STAGED
+    + """\
+here = os.path.dirname(os.path.abspath(__file__))
+print(here in sys.path, sys.flags.safe_path)
+try:
+    import helper
+except ImportError as error:
+    print("not found:", error)
+else:
+    print("found", helper.NAME)
+print(score(jnp.ones((2, 4))))
+"""
+)
+
+
+def test_pythonsafepath_keeps_the_programs_folder_off_the_path(tmp_path: Path) -> None:
+    """``PYTHONSAFEPATH=1`` (python 3.11+): python does not put the script's
+    folder first on ``sys.path``, so a module beside it is not found."""
+    root = project(tmp_path / "p", {"model.ppy": SAFE, "helper.py": "NAME = 'helper'\n"})
+    compared = differential(root, cache=tmp_path / "c", env={"PYTHONSAFEPATH": "1"})
+    assert compared.bound() == {"score"}
+    assert "False True\nnot found: No module named 'helper'" in compared.python.stdout
+    plain = differential(root, cache=tmp_path / "c", build=False)
+    assert "True False\nfound helper" in plain.python.stdout
+
+
+def test_dash_p_keeps_the_programs_folder_off_the_path(tmp_path: Path) -> None:
+    """``python -P -m ppy run``: the interpreter's ``-P`` is the run's, as
+    ``python -P model.ppy`` has it."""
+    root = project(tmp_path / "p", {"model.ppy": SAFE, "helper.py": "NAME = 'helper'\n"})
+    cache = tmp_path / "c"
+    environ = {**os.environ, "PPY_CACHE_DIR": str(cache)}
+    assert run_ppy("build", cwd=root, env=environ).returncode == 0
+    python = subprocess.run(
+        [sys.executable, "-P", "model.ppy"], cwd=root, capture_output=True, text=True
+    )
+    assert "False True\nnot found" in python.stdout, python.stderr
+    runs = [["run", "model.ppy"]]
+    if WARM:
+        SERVED.add(cache)
+        runs.append(["run", "--warm", "model.ppy"])
+    for run in runs:
+        ppy = subprocess.run(
+            [sys.executable, "-P", "-m", "ppy", *run],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            env=environ,
+        )
+        assert (ppy.stdout, ppy.stderr, ppy.returncode) == (
+            python.stdout,
+            python.stderr,
+            python.returncode,
+        )
