@@ -177,6 +177,28 @@ def test_the_bound_function_keeps_the_jitted_functions_surface(tmp_path: Path) -
     assert compared.bound() == {"score"} and compared.staged_calls("score") == 2
 
 
+def test_a_staged_function_traced_whole_is_a_nested_jit_as_under_python(tmp_path: Path) -> None:
+    """``jax.make_jaxpr(f)`` and ``jax.jit(f).lower`` of a jitted ``f`` trace
+    ``f``'s call: a ``jit[name=f]`` equation, a ``call @f`` in the module.
+    So does the staged function, and the recorded one."""
+    root = project(
+        tmp_path / "p",
+        {
+            "model.ppy": STAGED + "x = jnp.ones((2, 4))\n"
+            "print(jax.make_jaxpr(score)(x))\n"
+            "print(jax.jit(score).lower(x).as_text().count('call @'))\n"
+            "print(jax.jit(score).trace(x).jaxpr)\n"
+            "print(jax.make_jaxpr(lambda y: score(y) * 2)(x))\n"
+            "print(score(x))\n"
+        },
+    )
+    compared = differential(root, cache=tmp_path / "c")
+    assert compared.bound() == {"score"}
+    assert "jit[" in compared.python.stdout and "\n1\n" in compared.python.stdout
+    recorded = run_ppy("record", "model.ppy", cwd=root, env={"PPY_CACHE_DIR": str(tmp_path / "c")})
+    assert (recorded.stdout, recorded.stderr) == (compared.python.stdout, compared.python.stderr)
+
+
 def test_a_syntax_error_prints_what_python_prints(tmp_path: Path) -> None:
     root = project(tmp_path / "p", {"model.ppy": STAGED + "print('never'\n"})
     compared = differential(root, cache=tmp_path / "c")

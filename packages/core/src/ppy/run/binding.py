@@ -282,25 +282,34 @@ class Binds(Protocol):
         and the ``__ppy_bind__`` it calls, or None."""
 
 
-class _BindingLoader(importlib.abc.Loader):
-    """Executes a project ``.ppy`` module with its staged functions bound."""
+class _BindingLoader(importlib.machinery.SourceFileLoader):
+    """Executes a project ``.ppy`` module with its staged functions bound.
 
-    def __init__(self, binder: Binds, path: Path, module: str) -> None:
+    The module is executed by importlib's own ``exec_module``, which runs the
+    code ``get_code`` gives through ``_call_with_frames_removed``: an error
+    in the module's code reaches the program with importlib's frames taken
+    out, as python takes them out for a module it loads itself. The code is
+    made, and ``__ppy_bind__`` put in the module, as the module is created.
+    """
+
+    def __init__(self, binder: Binds, fullname: str, path: str, module: str) -> None:
+        super().__init__(fullname, path)
         self.binder = binder
-        self.path = path
         self.module = module
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return None
-
-    def exec_module(self, module: ModuleType) -> None:
-        code, bind = self.binder.code(str(self.path), self.module)
+        try:
+            code, bind = self.binder.code(self.path, self.module)
+        except SyntaxError:
+            # importlib's own get_code raises it again, from frames python takes out.
+            return None
+        # An attribute, not a method of this class: importlib's exec_module
+        # calls it with no frame of ppy's between its own.
+        vars(self)["get_code"] = lambda fullname: code
+        module = ModuleType(spec.name)
         if bind is not None:
             module.__dict__[BIND_NAME] = bind
-        exec(code, module.__dict__)
-
-    def get_source(self, fullname: str) -> str:
-        return self.path.read_text()
+        return module
 
 
 class BindingFinder(importlib.abc.MetaPathFinder):
@@ -328,7 +337,7 @@ class BindingFinder(importlib.abc.MetaPathFinder):
         name = module_name(self.binder.root.resolve(), Path(source).resolve())
         if name not in self.modules:
             return None  # nothing to bind: the ordinary .ppy finder loads it
-        loader = _BindingLoader(self.binder, Path(source), name)
+        loader = _BindingLoader(self.binder, fullname, source, name)
         return importlib.util.spec_from_file_location(fullname, source, loader=loader)
 
     def install(self) -> None:
