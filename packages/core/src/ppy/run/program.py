@@ -157,6 +157,8 @@ class Program:
         return self._module.__dict__
 
     def __enter__(self) -> Callable[[], None]:
+        if not _safe_path():
+            self._unless_shadowed(os.path.dirname(os.path.realpath(self._path)))
         self._saved = (sys.argv, list(sys.path), sys.modules.get("__main__"))
         sys.argv = [str(self._typed), *self._argv]
         self._place_folder()
@@ -174,6 +176,29 @@ class Program:
                 self.namespace[BIND_NAME] = bind
         # Module code as a function: no CO_OPTIMIZED, so its locals are its globals.
         return FunctionType(self._code, self.namespace)
+
+    def _unless_shadowed(self, folder: str) -> None:
+        """Where a module of the program's folder would be imported in place of
+        one ppy imported first, run the program as python, in this process
+        (``ppy.run.shadow``); it does not return then."""
+        from ppy.run.shadow import run_as_python, shadowed
+
+        names = shadowed(folder)
+        if not names:
+            return
+        from ppy.log import get_logger
+
+        listed = ", ".join(names)
+        get_logger().warning(
+            "run.shadowed",
+            modules=listed,
+            reason=f"the program's folder holds {listed}, which python imports in place of "
+            "the module of that name ppy imported before the program started; the program "
+            "runs as `python` runs it, with nothing staged or recorded",
+            remedy=f"rename {listed} in {folder}: under python it also takes the place of "
+            "the module of that name in every library the program imports",
+        )
+        run_as_python(str(self._typed), self._argv)
 
     def _place_folder(self) -> None:
         """``sys.path[0]`` as python sets it for the script: its real folder,
