@@ -159,3 +159,53 @@ def test_a_module_named_like_one_ppy_imported_first_is_the_programs(tmp_path: Pa
     assert shadowed["modules"] == "calendar" and not compared.bound()
     recorded = run_ppy("record", "p/model.ppy", cwd=tmp_path, env=environ)
     assert (recorded.stdout, recorded.returncode) == (compared.python.stdout, 0)
+
+
+#: A folder name that is not UTF-8: the byte 0xff, as python decodes it.
+NOT_UTF8 = os.fsdecode(b"data\xff")
+
+ELSEWHERE = """\
+import os
+import sys
+
+import jax
+
+import ppy
+from typing import Annotated
+
+
+@jax.jit
+def unstageable(x: Annotated[jax.Array, ppy.Shape(4), ppy.DType("float32")]) -> jax.Array:
+    return x + 1
+
+
+print(ascii(__file__), ascii(sys.path[0]), unstageable.__name__)
+"""
+
+
+def test_a_module_in_a_folder_whose_name_is_not_utf8_runs_and_the_build_says_why(
+    tmp_path: Path,
+) -> None:
+    """python runs a program from a folder whose name is not UTF-8. The
+    artifact names modules in UTF-8 (JSON, zip members), so the build leaves
+    such a module out, says so (``build.unnamed_module``), and stages the
+    rest; the program in it runs with nothing bound."""
+    root = project(
+        tmp_path / "p",
+        {
+            "model.ppy": STAGED + "print(score(jnp.ones((2, 4))))\n",
+            f"{NOT_UTF8}/main.ppy": ELSEWHERE,
+        },
+    )
+    cache = tmp_path / "c"
+    environ = {"PPY_CACHE_DIR": str(cache)}
+    built = run_ppy("-v", "--log-format", "json", "build", cwd=root, env=environ)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert "staged 1 of 1 candidate functions" in built.stdout
+    (unnamed,) = [line for line in built.stderr.splitlines() if "build.unnamed_module" in line]
+    assert "data\\\\xff/main.ppy" in unnamed  # shown with the byte escaped
+    compared = differential(root, cache=cache, program=f"{NOT_UTF8}/main.ppy", build=False)
+    assert not compared.bound() and "unstageable" in compared.python.stdout
+    assert differential(root, cache=cache, build=False).bound() == {"score"}
+    recorded = run_ppy("record", f"{NOT_UTF8}/main.ppy", cwd=root, env=environ)
+    assert (recorded.stdout, recorded.returncode) == (compared.python.stdout, 0)

@@ -314,8 +314,10 @@ def _build(args: argparse.Namespace) -> int:
         o: sum(d.outcome.value == o for d in result.decisions)
         for o in ("staged", "reused", "stays")
     }
+    from ppy.layout import shown
+
     print(
-        f"wrote {result.project.config.artifact}: {counts['staged']} staged, "
+        f"wrote {shown(result.project.config.artifact)}: {counts['staged']} staged, "
         f"{counts['reused']} reused, {counts['stays']} stay"
     )
     if result.decisions:
