@@ -37,6 +37,7 @@ def record(program: str, argv: list[str], *, replace: bool) -> Program:
     from ppy.record.signatures import read_signatures, signatures_path
     from ppy.run.collector import set_aside
     from ppy.run.program import Program
+    from ppy.run.shadow import unless_shadowed
 
     path = Path(program)
     if not path.is_file():
@@ -47,6 +48,7 @@ def record(program: str, argv: list[str], *, replace: bool) -> Program:
     modules = [discover_module(config.root, source) for source in find_sources(config.root)]
     main = module_name(config.root.resolve(), path.resolve()) or "__main__"
     recorder = Recorder(config.root, candidates(modules), main)
+    unless_shadowed(program, argv)
     set_aside(config.root)
     return Program(
         program,

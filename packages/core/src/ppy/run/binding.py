@@ -303,8 +303,9 @@ class _BindingLoader(importlib.machinery.SourceFileLoader):
         except SyntaxError:
             # importlib's own get_code raises it again, from frames python takes out.
             return None
-        # An attribute, not a method of this class: importlib's exec_module
-        # calls it with no frame of ppy's between its own.
+        # On the instance, and only here: where the source does not compile,
+        # the class's get_code (importlib's own) raises the SyntaxError again,
+        # with no frame of ppy's between importlib's.
         vars(self)["get_code"] = lambda fullname: code
         module = ModuleType(spec.name)
         if bind is not None:

@@ -27,7 +27,7 @@ from ppy.runtime import ManagedRuntime, Runtime
 if TYPE_CHECKING:
     from ppy.artifact.model import Artifact
 
-__all__ = ["Program", "run_program", "script_filename"]
+__all__ = ["Program", "run_program", "safe_path", "script_filename"]
 
 _PPY_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -73,7 +73,7 @@ def script_filename(typed: str) -> str:
     return f"{os.getcwd()}{os.sep}{typed}"
 
 
-def _safe_path() -> bool:
+def safe_path() -> bool:
     """Whether python would leave the script's folder off ``sys.path``:
     ``-P``, ``-I`` or ``PYTHONSAFEPATH`` (not empty, and not under ``-E``).
     The variable is read too, not only the flag, because a warm run's
@@ -157,8 +157,6 @@ class Program:
         return self._module.__dict__
 
     def __enter__(self) -> Callable[[], None]:
-        if not _safe_path():
-            self._unless_shadowed(os.path.dirname(os.path.realpath(self._path)))
         self._saved = (sys.argv, list(sys.path), sys.modules.get("__main__"))
         sys.argv = [str(self._typed), *self._argv]
         self._place_folder()
@@ -177,36 +175,13 @@ class Program:
         # Module code as a function: no CO_OPTIMIZED, so its locals are its globals.
         return FunctionType(self._code, self.namespace)
 
-    def _unless_shadowed(self, folder: str) -> None:
-        """Where a module of the program's folder would be imported in place of
-        one ppy imported first, run the program as python, in this process
-        (``ppy.run.shadow``); it does not return then."""
-        from ppy.run.shadow import run_as_python, shadowed
-
-        names = shadowed(folder)
-        if not names:
-            return
-        from ppy.log import get_logger
-
-        listed = ", ".join(names)
-        get_logger().warning(
-            "run.shadowed",
-            modules=listed,
-            reason=f"the program's folder holds {listed}, which python imports in place of "
-            "the module of that name ppy imported before the program started; the program "
-            "runs as `python` runs it, with nothing staged or recorded",
-            remedy=f"rename {listed} in {folder}: under python it also takes the place of "
-            "the module of that name in every library the program imports",
-        )
-        run_as_python(str(self._typed), self._argv)
-
     def _place_folder(self) -> None:
         """``sys.path[0]`` as python sets it for the script: its real folder,
         in place of the one the interpreter put first for ppy (the ``ppy``
         script's, ``-m``'s or ``-c``'s); under ``-P`` or ``PYTHONSAFEPATH``
         none, as python puts none."""
         inserted = not sys.flags.safe_path  # the interpreter put a folder first
-        if _safe_path():
+        if safe_path():
             if inserted and sys.path:
                 del sys.path[0]
             return

@@ -25,7 +25,38 @@ import os
 import sys
 from collections.abc import Sequence
 
-__all__ = ["run_as_python", "shadowed"]
+__all__ = ["run_as_python", "shadowed", "unless_shadowed"]
+
+
+def unless_shadowed(program: str, argv: Sequence[str]) -> None:
+    """Where a module of the program's folder would be imported in place of
+    one this process imported first, say so (``run.shadowed``) and run the
+    program as python, in this process: this does not return then. Nothing
+    is looked for where python leaves the folder off ``sys.path``.
+
+    For ``ppy run`` and ``ppy record`` as commands, just before the program
+    starts; not for ``run_program``, whose caller's process goes on."""
+    from ppy.run.program import safe_path, script_filename
+
+    if safe_path():
+        return
+    folder = os.path.dirname(os.path.realpath(script_filename(program)))
+    names = shadowed(folder)
+    if not names:
+        return
+    from ppy.log import get_logger
+
+    listed = ", ".join(names)
+    get_logger().warning(
+        "run.shadowed",
+        modules=listed,
+        reason=f"the program's folder holds {listed}, which python imports in place of "
+        "the module of that name ppy imported before the program started; the program "
+        "runs as `python` runs it, with nothing staged or recorded",
+        remedy=f"rename {listed} in {folder}: under python it also takes the place of "
+        "the module of that name in every library the program imports",
+    )
+    run_as_python(program, argv)
 
 
 def shadowed(folder: str) -> list[str]:
