@@ -1,5 +1,6 @@
 """Where the program is and what its imports find: `./model.ppy` and
-`../p/model.ppy` as typed, `PYTHONSAFEPATH` and `-P`.
+`../p/model.ppy` as typed, `PYTHONSAFEPATH` and `-P`, a module beside it named
+like one ppy imported first, a folder whose name is not UTF-8.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The program as python runs it: argv, excepthook, KeyboardInterrupt, globals, the bound
-function's surface, a syntax error, the stack above the program.
+"""The program as python runs it: argv, excepthook, KeyboardInterrupt, exit handlers,
+globals, the bound function's surface and jit's nesting around it, a syntax error, the
+stack above the program.
 """
 
 from __future__ import annotations
