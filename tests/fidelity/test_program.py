@@ -1,5 +1,6 @@
-"""The program as python runs it: argv, excepthook, KeyboardInterrupt, globals, the bound
-function's surface, a syntax error, the stack above the program.
+"""The program as python runs it: argv, excepthook, KeyboardInterrupt, exit handlers,
+globals, the bound function's surface and jit's nesting around it, a syntax error, the
+stack above the program.
 """
 
 from __future__ import annotations
@@ -89,6 +90,37 @@ def test_an_uncaught_keyboard_interrupt_ends_the_process_by_sigint(tmp_path: Pat
     assert "atexit ran" in compared.python.stdout
 
 
+def test_exit_handlers_see_the_programs_argv_path_and_main(tmp_path: Path) -> None:
+    """python runs ``atexit`` handlers after the program, with its
+    ``sys.argv``, ``sys.path`` and ``__main__`` still in place, and
+    ``__file__`` and ``__cached__`` taken out of ``__main__`` once the
+    script ended, unless it ended by ``sys.exit``."""
+    root = project(
+        tmp_path / "p",
+        {
+            "model.ppy": STAGED + "import atexit, os, sys\n"
+            "MARK = 'the program'\n"
+            "here = os.path.dirname(__file__)\n"
+            "def bye():\n"
+            "    main = sys.modules['__main__']\n"
+            "    print(sys.argv, sys.path[0] == here, getattr(main, 'MARK', None))\n"
+            "    print(sorted(k for k in vars(main) if k in ('__file__', '__cached__')))\n"
+            "atexit.register(bye)\n"
+            "print(score(jnp.ones((2, 4))))\n"
+            "if sys.argv[1:] == ['exit']:\n"
+            "    sys.exit(3)\n"
+            "if sys.argv[1:] == ['raise']:\n"
+            "    raise ValueError('ended by an exception')\n"
+        },
+    )
+    for ending in ("end", "exit", "raise"):
+        compared = differential(root, ending, cache=tmp_path / "c", build=ending == "end")
+        assert compared.bound() == {"score"}
+        assert f"['model.ppy', '{ending}'] True the program" in compared.python.stdout
+        kept = "['__cached__', '__file__']" if ending == "exit" else "[]"
+        assert compared.python.stdout.endswith(f"\n{kept}\n")
+
+
 def test_the_program_sees_only_its_own_globals(tmp_path: Path) -> None:
     root = project(
         tmp_path / "p",
@@ -144,6 +176,28 @@ def test_the_bound_function_keeps_the_jitted_functions_surface(tmp_path: Path) -
     )
     compared = differential(root, cache=tmp_path / "c")
     assert compared.bound() == {"score"} and compared.staged_calls("score") == 2
+
+
+def test_a_staged_function_traced_whole_is_a_nested_jit_as_under_python(tmp_path: Path) -> None:
+    """``jax.make_jaxpr(f)`` and ``jax.jit(f).lower`` of a jitted ``f`` trace
+    ``f``'s call: a ``jit[name=f]`` equation, a ``call @f`` in the module.
+    So does the staged function, and the recorded one."""
+    root = project(
+        tmp_path / "p",
+        {
+            "model.ppy": STAGED + "x = jnp.ones((2, 4))\n"
+            "print(jax.make_jaxpr(score)(x))\n"
+            "print(jax.jit(score).lower(x).as_text().count('call @'))\n"
+            "print(jax.jit(score).trace(x).jaxpr)\n"
+            "print(jax.make_jaxpr(lambda y: score(y) * 2)(x))\n"
+            "print(score(x))\n"
+        },
+    )
+    compared = differential(root, cache=tmp_path / "c")
+    assert compared.bound() == {"score"}
+    assert "jit[" in compared.python.stdout and "\n1\n" in compared.python.stdout
+    recorded = run_ppy("record", "model.ppy", cwd=root, env={"PPY_CACHE_DIR": str(tmp_path / "c")})
+    assert (recorded.stdout, recorded.stderr) == (compared.python.stdout, compared.python.stderr)
 
 
 def test_a_syntax_error_prints_what_python_prints(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ prints."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import textwrap
@@ -269,6 +270,20 @@ def test_a_bad_file_is_an_error_naming_the_line(tmp_path: Path, text: str, where
         assert "signatures.json" in done.stderr and where in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
         assert done.stdout == "" or command == ("build",)
+
+
+def test_a_run_ended_by_an_uncaught_keyboard_interrupt_is_written(tmp_path: Path) -> None:
+    """Ctrl-C that the program does not catch ends it as python's ends (by
+    SIGINT, after its exit handlers), and what it called until then is in
+    the file, as for any other uncaught exception."""
+    root = _project(tmp_path, TRAIN.rstrip() + "\n    raise KeyboardInterrupt\n")
+    plain = subprocess.run(
+        [sys.executable, "model.ppy", "8"], cwd=root, capture_output=True, text=True
+    )
+    recorded = _ppy(root, tmp_path / "cache", "record", "model.ppy", "8")
+    assert (recorded.returncode, recorded.stdout) == (plain.returncode, plain.stdout)
+    assert plain.returncode == -signal.SIGINT
+    assert _file(root)["functions"]["model.loss"]["calls"] == 1
 
 
 def test_a_recorded_function_that_is_gone_is_reported_and_ignored(tmp_path: Path) -> None:

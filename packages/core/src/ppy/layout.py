@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Final
 
-__all__ = ["SKIPPED_DIRS", "find_sources", "module_name"]
+__all__ = ["SKIPPED_DIRS", "find_sources", "module_name", "shown"]
 
 #: Directories ``find_sources`` never enters (nor any whose name starts with ".").
 SKIPPED_DIRS: Final[frozenset[str]] = frozenset(
@@ -36,8 +36,15 @@ def _skipped(name: str) -> bool:
     return name in SKIPPED_DIRS or name.startswith(".")
 
 
-def find_sources(root: Path) -> list[Path]:
-    """Every ``*.ppy`` file under ``root``, sorted by relative path."""
+def find_sources(root: Path, unnamed: list[Path] | None = None) -> list[Path]:
+    """Every ``*.ppy`` file under ``root``, sorted by relative path.
+
+    A file whose path under the root is not UTF-8 (a folder named with the
+    byte 0xff) is left out, and added to ``unnamed`` where given: the artifact
+    names each module in UTF-8 (the manifest, its zip members), so the build
+    cannot record it and ``ppy run`` binds nothing in it; it runs as an
+    ordinary module.
+    """
     root = Path(root)
     found: list[Path] = []
     for directory, dirnames, filenames in os.walk(root):
@@ -45,8 +52,25 @@ def find_sources(root: Path) -> list[Path]:
         for name in filenames:
             path = Path(directory, name)
             if name.endswith(".ppy") and not name.startswith(".") and path.is_file():
-                found.append(path)
+                if _nameable(path.relative_to(root)):
+                    found.append(path)
+                elif unnamed is not None:
+                    unnamed.append(path)
     return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+
+
+def _nameable(relative: Path) -> bool:
+    try:
+        relative.as_posix().encode("utf-8")
+    except UnicodeEncodeError:  # a byte that is not UTF-8, decoded as a lone surrogate
+        return False
+    return True
+
+
+def shown(path: str | Path) -> str:
+    """A path as text that prints anywhere: a byte that is not UTF-8 as
+    ``\\xff``, as python's stderr would escape it."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def module_name(root: Path, path: Path) -> str | None:

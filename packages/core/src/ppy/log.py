@@ -146,7 +146,11 @@ def show(events: list[Held]) -> None:
 
 
 def _write(method: str, event: str, fields: dict[str, Any]) -> None:
-    """Print one event: the plain line where it says it all, else through structlog."""
+    """Print one event: the plain line where it says it all, else through structlog.
+    Nothing where the command has no stderr (started with fd 2 closed): not
+    on stdout, which is the program's."""
+    if _settings["cli"] and sys.stderr is None:
+        return
     line = _plain(method, event, fields) if _logger is None else None
     if line is not None:
         print(line, file=sys.stderr, flush=True)

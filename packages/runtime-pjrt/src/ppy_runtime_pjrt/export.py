@@ -309,20 +309,30 @@ class StagedFunction:
         is the original's executable, which the dispatcher then serves for
         every call of that signature at jit's own cost. Under ``-v`` nothing
         is cached, so every call comes here and is logged with its path.
+
+        What the call raises reaches the program without this runtime's
+        frames (``ppy.run.dispatch.hide_own_frames``), as a jitted call's
+        error reaches it without jax's.
         """
         route = self.route(args, kwargs)
-        if self._logged:
-            return self._serve(route, args, kwargs), None, False
-        if isinstance(route, Fallback):
-            original_miss = getattr(self.original, "_cache_miss", None)
-            if original_miss is None:
-                return self._fall_back(route, args, kwargs), None, False
-            self._count(route)
-            return original_miss(*args, **kwargs)  # type: ignore[no-any-return]  # jax's own miss
-        jax_miss = getattr(route.call, "_cache_miss", None)
-        if jax_miss is None:  # a Compiled with no C++ call of its own
-            return route.call(*route.args, **route.kwargs), None, False
-        return jax_miss(*route.args, **route.kwargs)  # type: ignore[no-any-return]  # jax's own miss
+        try:
+            if self._logged:
+                return self._serve(route, args, kwargs), None, False
+            if isinstance(route, Fallback):
+                original_miss = getattr(self.original, "_cache_miss", None)
+                if original_miss is None:
+                    return self._fall_back(route, args, kwargs), None, False
+                self._count(route)
+                return original_miss(*args, **kwargs)  # type: ignore[no-any-return]  # jax's own
+            jax_miss = getattr(route.call, "_cache_miss", None)
+            if jax_miss is None:  # a Compiled with no C++ call of its own
+                return route.call(*route.args, **route.kwargs), None, False
+            return jax_miss(*route.args, **route.kwargs)  # type: ignore[no-any-return]  # jax's own
+        except BaseException as error:
+            from ppy.run.dispatch import hide_own_frames
+
+            hide_own_frames(error)
+            raise
 
     def _serve(self, route: Route | Fallback, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Call what ``route`` chose; under ``-v``, log the call's path (``run.call``)."""

@@ -31,7 +31,7 @@ from ppy.discovery.module import discover_module
 from ppy.discovery.records import ModuleInfo
 from ppy.errors import ConfigError
 from ppy.kinds.jax_compat import entry_outside_window, installed_jaxlib
-from ppy.layout import find_sources
+from ppy.layout import find_sources, shown
 from ppy.log import get_logger
 from ppy.plugin import KNOWN_DECORATORS, Plugin, StageFailure, StageRequest, StageTarget
 from ppy.policy import decide_module
@@ -85,11 +85,20 @@ def load_project(config: Config, plugins: Registry | None = None) -> Project:
     log = get_logger()
     recorded = read_signatures(signatures_path(config.root))
     modules: list[ModuleInfo] = []
-    for path in find_sources(config.root):
+    unnamed: list[Path] = []
+    for path in find_sources(config.root, unnamed):
         module = discover_module(config.root, path)
         if module.syntax_error:
             log.warning("build.syntax_error", module=module.name, error=module.syntax_error)
         modules.append(apply_recording(module, recorded))
+    for path in unnamed:
+        log.warning(
+            "build.unnamed_module",
+            path=shown(path.relative_to(config.root)),
+            reason="its path is not UTF-8, and the artifact names modules in UTF-8: "
+            "nothing in it is staged, and it runs as an ordinary module",
+            remedy="rename the file or folder with a UTF-8 name",
+        )
     for name in unknown_functions(recorded, modules):
         log.warning(
             "build.recording_unknown",

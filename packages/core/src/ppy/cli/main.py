@@ -291,8 +291,8 @@ def main(argv: Sequence[str] | None = None, *, warm: bool | None = None) -> int:
         program = _main(list(sys.argv[1:] if argv is None else argv), warm)
         if isinstance(program, int):
             return program
-        with program as code:
-            exec(code, program.namespace)
+        with program as run:
+            run()
         return program.end()
     except BrokenPipeError:
         # The reader went away (`ppy inspect --json | head`): stop quietly, as
@@ -331,10 +331,17 @@ def _main(argv: list[str], warm: bool | None) -> int | Program:
             return _doctor(args)
         return _cache(args)
     except PpyError as error:
-        print(f"ppy: error: {error}", file=sys.stderr)
+        _error(f"ppy: error: {error}")
         return error.exit_code
     except KeyboardInterrupt:
         return 130
+
+
+def _error(text: str) -> None:
+    """A line on stderr; none where there is no stderr (fd 2 closed), since
+    ``print(file=None)`` would put it on stdout."""
+    if sys.stderr is not None:
+        print(text, file=sys.stderr)
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -351,18 +358,17 @@ def _build(args: argparse.Namespace) -> int:
         o: sum(d.outcome.value == o for d in result.decisions)
         for o in ("staged", "reused", "stays")
     }
+    from ppy.layout import shown
+
     print(
-        f"wrote {result.project.config.artifact}: {counts['staged']} staged, "
+        f"wrote {shown(result.project.config.artifact)}: {counts['staged']} staged, "
         f"{counts['reused']} reused, {counts['stays']} stay"
     )
     if result.decisions:
         print(summary(result.decisions))
     if result.failed and not args.keep_going:
         names = ", ".join(f"{d.module}.{d.qualname}" for d in result.failed)
-        print(
-            f"ppy: error: could not stage {names} (see above); --keep-going accepts that",
-            file=sys.stderr,
-        )
+        _error(f"ppy: error: could not stage {names} (see above); --keep-going accepts that")
         return 1
     return 0
 

@@ -76,10 +76,10 @@ class Recorder:
         return set(self.functions)
 
     def code(
-        self, path: Path, module: str | None
+        self, path: str, module: str | None
     ) -> tuple[CodeType, Callable[[str, Any], Any] | None]:
         functions = self.functions.get(module or "", {})
-        bound = bind_source(path.read_bytes(), str(path), frozenset(functions))
+        bound = bind_source(Path(path).read_bytes(), path, frozenset(functions))
         if not functions:
             return bound.code, None
         assert module is not None
@@ -132,11 +132,15 @@ def _recorded(original: Any, notes: _Notes) -> Any:
     function's own.
     """
     from ppy.kinds.fingerprint import python_function
-    from ppy.run.dispatch import dispatcher, dress
+    from ppy.run.dispatch import dispatcher, dress, hide_own_frames
 
     def miss(*args: Any, **kwargs: Any) -> tuple[Any, None, bool]:
         notes(args, kwargs)
-        return original(*args, **kwargs), None, False
+        try:
+            return original(*args, **kwargs), None, False
+        except BaseException as error:
+            hide_own_frames(error)  # this frame is ppy's, not the program's
+            raise
 
     function = python_function(original) or original
     static = [i for i, name in enumerate(notes.positional) if name in notes.static]

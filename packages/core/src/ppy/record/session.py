@@ -13,27 +13,32 @@ that recordings of two programs of one project that run at once both land.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ppy.errors import UsageError
 
 if TYPE_CHECKING:
+    from ppy.record.observe import Recorder
     from ppy.record.signatures import Signatures
+    from ppy.run.program import Program
 
 __all__ = ["record"]
 
 
-def record(program: str, argv: list[str], *, replace: bool) -> int:
-    """Record a run of ``program``; the program's exit code."""
+def record(program: str, argv: list[str], *, replace: bool) -> Program:
+    """``program`` ready to be recorded: run it as ``ppy run`` runs one (in
+    the caller's frame, ``ppy.run.program.Program``), and its signatures are
+    written when it ends."""
     from ppy.config import load_config
     from ppy.discovery.module import discover_module
     from ppy.layout import find_sources, module_name
-    from ppy.log import get_logger
     from ppy.record.observe import Recorder, candidates
     from ppy.record.signatures import read_signatures, signatures_path
     from ppy.run.collector import set_aside
-    from ppy.run.program import run_program
+    from ppy.run.program import Program
+    from ppy.run.shadow import unless_shadowed
 
     path = Path(program)
     if not path.is_file():
@@ -45,30 +50,36 @@ def record(program: str, argv: list[str], *, replace: bool) -> int:
     modules = [discover_module(config.root, source) for source in find_sources(config.root)]
     main = module_name(config.root.resolve(), path.resolve()) or "__main__"
     recorder = Recorder(config.root, candidates(modules), main)
+    unless_shadowed(program, argv)
     set_aside(config.root)
-    try:
-        return run_program(
-            program, argv, artifact=None, runtimes={}, root=config.root, binder=recorder
+    return Program(
+        program,
+        argv,
+        artifact=None,
+        runtimes={},
+        root=config.root,
+        binder=recorder,
+        ended=functools.partial(_ended, recorder, target, config.artifact, replace=replace),
+    )
+
+
+def _ended(recorder: Recorder, target: Path, artifact: Path, *, replace: bool) -> None:
+    """Write what the run called, and say what was written and what was not."""
+    from ppy.log import get_logger
+
+    found = _write(target, recorder.signatures(), artifact, replace=replace)
+    log = get_logger()
+    for (function, why), calls in sorted(recorder.skipped.items()):
+        log.warning(
+            "record.skipped",
+            function=function,
+            calls=calls,
+            reason=f"passed {why}; those calls are not in the file",
+            remedy="pass static arguments as bool, int, float, str or None (a float "
+            "that is not finite is not recorded: those calls stay jit's own); describe "
+            "an input whose pytree cannot be recorded with ppy.Like",
         )
-    finally:
-        found = _write(target, recorder.signatures(), config.artifact, replace=replace)
-        log = get_logger()
-        for (function, why), calls in sorted(recorder.skipped.items()):
-            log.warning(
-                "record.skipped",
-                function=function,
-                calls=calls,
-                reason=f"passed {why}; those calls are not in the file",
-                remedy="pass static arguments as bool, int, float, str or None (a float "
-                "that is not finite is not recorded: those calls stay jit's own); describe "
-                "an input whose pytree cannot be recorded with ppy.Like",
-            )
-        log.info(
-            "record.written",
-            path=str(target),
-            functions=len(found.functions),
-            runs=found.runs,
-        )
+    log.info("record.written", path=str(target), functions=len(found.functions), runs=found.runs)
 
 
 def _write(target: Path, found: Signatures, artifact: Path, *, replace: bool) -> Signatures:

@@ -235,12 +235,13 @@ class Binder:
         _log().warning("run.unbound", module=entry.module, function=entry.qualname, reason=reason)
 
     def code(
-        self, path: Path, module: str | None
+        self, path: str, module: str | None
     ) -> tuple[CodeType, Callable[[str, Any], Any] | None]:
-        """The module's code, and the ``__ppy_bind__`` it calls (None: it binds nothing)."""
-        source = path.read_bytes()
+        """The module's code, named ``path``, and the ``__ppy_bind__`` it calls
+        (None: it binds nothing)."""
+        source = Path(path).read_bytes()
         entries = self.entries(module, source)
-        bound = bind_source(source, str(path), frozenset(entries))
+        bound = bind_source(source, path, frozenset(entries))
         if not entries:
             return bound.code, None
         bind = self.binder(entries)
@@ -250,7 +251,7 @@ class Binder:
 
 def want_made(
     jits: MadeJits,
-    path: Path,
+    path: str,
     staged: frozenset[str],
     bound: BoundSource,
     bind: Callable[[str, Any], Any],
@@ -259,9 +260,9 @@ def want_made(
     of a ``staged`` qualname that no module-level statement binds: a def found
     by its code, a ``name = jax.jit(...)`` in a function by the lines of its call."""
     for qualname in sorted(staged - bound.named - set(bound.sites)):
-        jits.want(str(path), qualname, functools.partial(bind, qualname))
+        jits.want(path, qualname, functools.partial(bind, qualname))
     for qualname, (owner, lines) in sorted(bound.sites.items()):
-        jits.want_site(str(path), owner, lines, functools.partial(bind, qualname))
+        jits.want_site(path, owner, lines, functools.partial(bind, qualname))
 
 
 class Binds(Protocol):
@@ -275,29 +276,41 @@ class Binds(Protocol):
     def modules(self) -> set[str]: ...
 
     def code(
-        self, path: Path, module: str | None
-    ) -> tuple[CodeType, Callable[[str, Any], Any] | None]: ...
+        self, path: str, module: str | None
+    ) -> tuple[CodeType, Callable[[str, Any], Any] | None]:
+        """The code of the module at ``path`` (the filename its code carries),
+        and the ``__ppy_bind__`` it calls, or None."""
 
 
-class _BindingLoader(importlib.abc.Loader):
-    """Executes a project ``.ppy`` module with its staged functions bound."""
+class _BindingLoader(importlib.machinery.SourceFileLoader):
+    """Executes a project ``.ppy`` module with its staged functions bound.
 
-    def __init__(self, binder: Binds, path: Path, module: str) -> None:
+    The module is executed by importlib's own ``exec_module``, which runs the
+    code ``get_code`` gives through ``_call_with_frames_removed``: an error
+    in the module's code reaches the program with importlib's frames taken
+    out, as python takes them out for a module it loads itself. The code is
+    made, and ``__ppy_bind__`` put in the module, as the module is created.
+    """
+
+    def __init__(self, binder: Binds, fullname: str, path: str, module: str) -> None:
+        super().__init__(fullname, path)
         self.binder = binder
-        self.path = path
         self.module = module
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return None
-
-    def exec_module(self, module: ModuleType) -> None:
-        code, bind = self.binder.code(self.path, self.module)
+        try:
+            code, bind = self.binder.code(self.path, self.module)
+        except SyntaxError:
+            # importlib's own get_code raises it again, from frames python takes out.
+            return None
+        # On the instance, and only here: where the source does not compile,
+        # the class's get_code (importlib's own) raises the SyntaxError again,
+        # with no frame of ppy's between importlib's.
+        vars(self)["get_code"] = lambda fullname: code
+        module = ModuleType(spec.name)
         if bind is not None:
             module.__dict__[BIND_NAME] = bind
-        exec(code, module.__dict__)
-
-    def get_source(self, fullname: str) -> str:
-        return self.path.read_text()
+        return module
 
 
 class BindingFinder(importlib.abc.MetaPathFinder):
@@ -325,7 +338,7 @@ class BindingFinder(importlib.abc.MetaPathFinder):
         name = module_name(self.binder.root.resolve(), Path(source).resolve())
         if name not in self.modules:
             return None  # nothing to bind: the ordinary .ppy finder loads it
-        loader = _BindingLoader(self.binder, Path(source), name)
+        loader = _BindingLoader(self.binder, fullname, source, name)
         return importlib.util.spec_from_file_location(fullname, source, loader=loader)
 
     def install(self) -> None:

@@ -15,9 +15,10 @@ from typing import Any
 
 from ppy.runtime import ORIGINAL
 
-__all__ = ["dispatcher", "dress"]
+__all__ = ["dispatcher", "dress", "hide_own_frames"]
 
-#: What a jitted function answers itself, and a function made here forwards to it.
+#: What a jitted function answers itself, and a function made here forwards to
+#: it where its type does not answer them (``dress``).
 _FORWARDED = ("lower", "trace", "eval_shape")
 
 
@@ -61,13 +62,48 @@ def dispatcher(
 
 def dress(bound: Any, original: Any, function: Callable[..., Any], *extra: str) -> None:
     """Give ``bound`` what the jitted ``original`` shows of itself: its name,
-    doc and module, ``__wrapped__`` (``function``, the Python function jit
-    wraps), ``lower``, ``trace`` and ``eval_shape``, and the ``extra``
-    attributes named; and keep ``original`` as ``ppy.runtime.ORIGINAL``."""
+    doc, module and the rest of its ``__dict__`` (jit's own ``_fun`` and
+    ``_jit_info`` among them), ``__wrapped__`` (``function``, the Python
+    function jit wraps), and the ``extra`` attributes named; and keep
+    ``original`` as ``ppy.runtime.ORIGINAL``.
+
+    ``lower``, ``trace`` and ``eval_shape`` are the class's, as on a jitted
+    function (jax puts them on its type; they trace ``_fun`` under
+    ``_jit_info``): forwarded to the original's only where this jax has
+    none. An attribute of the instance would be copied by ``jax.jit(bound)``
+    (``functools.wraps`` copies ``__dict__``), and that jit's ``lower`` and
+    ``trace``, and ``jax.make_jaxpr(bound)``, would then be the original's,
+    inlining its body where python shows the nested jit.
+    """
     functools.update_wrapper(bound, original)
     bound.__wrapped__ = function
-    for name in (*_FORWARDED, *extra):
+    for name in _FORWARDED:
+        if name in vars(bound) or getattr(type(bound), name, None) is not None:
+            continue
+        value = getattr(original, name, None)
+        if value is not None:
+            setattr(bound, name, value)
+    for name in extra:
         value = getattr(original, name, None)
         if value is not None:
             setattr(bound, name, value)
     setattr(bound, ORIGINAL, original)
+
+
+def hide_own_frames(error: BaseException) -> None:
+    """Take ppy's frames off the front of the traceback of what a call through
+    ppy raised, as jax takes its own out of what a jitted call raises: the
+    program's traceback then goes from its own frame to the function it
+    called. Called where the call is caught, which re-raises with a bare
+    ``raise`` (that adds no frame of its own)."""
+    tb = error.__traceback__
+    while tb is not None and _owned(tb.tb_frame.f_globals.get("__name__")):
+        tb = tb.tb_next
+    error.__traceback__ = tb
+
+
+def _owned(module: object) -> bool:
+    """Whether a frame of module ``module`` is ppy's: core, a runtime or a plugin."""
+    return isinstance(module, str) and (
+        module == "ppy" or module.startswith(("ppy.", "ppy_runtime_", "ppy_plugin_"))
+    )

@@ -7,7 +7,8 @@ ppy must not import jax ahead of the program: a program may set
 finds the jits a function makes) waits for the
 program's import instead: a finder stands first on ``sys.meta_path`` for
 that one name, lets the usual finders find it, and runs the callback right
-after the module has executed. The finder removes itself on first use.
+after the module has executed (``_Announcing``). The finder removes itself
+once it has.
 
 ``after_imports_from`` does the same for every module that a given set of
 importers imports (an ``import`` statement in the program's own modules),
@@ -43,34 +44,80 @@ def after_imports_from(importer: Callable[[str], bool], callback: Callable[[str]
 
 
 def _find(
-    fullname: str, path: Sequence[str] | None, target: ModuleType | None, after: Callable[[], None]
+    fullname: str,
+    path: Sequence[str] | None,
+    target: ModuleType | None,
+    asking: importlib.abc.MetaPathFinder,
+    after: Callable[[], None],
 ) -> importlib.machinery.ModuleSpec | None:
-    """What the usual finders find (the caller has stepped out of
-    ``sys.meta_path``, or skips itself), its loader followed by ``after``."""
+    """What the usual finders find (all but ``asking``, which is finding it),
+    marked to call ``after`` once its module has executed (``_Announcing``)."""
     spec: importlib.machinery.ModuleSpec | None = None
     for finder in sys.meta_path:
-        find = getattr(finder, "find_spec", None)
+        find = getattr(finder, "find_spec", None) if finder is not asking else None
         spec = find(fullname, path, target) if find is not None else None
         if spec is not None:
             break
-    if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-        return spec
-    spec.loader = _Then(spec.loader, after)
+    if spec is None or not hasattr(spec.loader, "exec_module"):
+        return spec  # None, or a loader importlib calls otherwise
+    if type(spec) is importlib.machinery.ModuleSpec:
+        spec.__class__ = _Announcing
+    elif type(spec) is not _Announcing:
+        return spec  # a spec of a class of someone else's: left as it is
+    _AFTER.setdefault(id(spec), []).append(after)  # a finder further in marked it first
     return spec
 
 
+#: What to call once the module of each marked spec (by ``id``) has executed.
+_AFTER: dict[int, list[Callable[[], None]]] = {}
+
+
+class _Announcing(importlib.machinery.ModuleSpec):
+    """A spec whose module, once executed, calls back.
+
+    importlib's ``_load_unlocked`` sets ``spec._initializing`` to True before
+    the loader executes the module and back to False once it has, or has
+    failed (python 3.11 to 3.13 alike): the callback runs in that assignment,
+    after the module's code and outside the frames an error in it passes
+    through. A loader of ppy's around the module's own loader would be one
+    frame more in every import, between importlib's frames, which python
+    could then no longer take out of a traceback (``_call_with_frames_removed``).
+    The spec is a plain ``ModuleSpec`` again once it has called back.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name == "_initializing" and value is False:
+            self.__class__ = importlib.machinery.ModuleSpec  # type: ignore[assignment]
+            callbacks = _AFTER.pop(id(self), [])
+            if self.name in sys.modules:  # it executed
+                for after in callbacks:
+                    after()
+
+
 class _Finder(importlib.abc.MetaPathFinder):
+    """Marks the spec of one module; leaves ``sys.meta_path`` once it executed."""
+
     def __init__(self, name: str, callback: Callable[[], None]) -> None:
         self.name = name
         self.callback = callback
+        self.finding = False
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != self.name:
+        if fullname != self.name or self.finding:
             return None
-        sys.meta_path.remove(self)
-        return _find(fullname, path, target, self.callback)
+        self.finding = True  # the finders asked below may ask the others, this one among them
+        try:
+            return _find(fullname, path, target, self, self._imported)
+        finally:
+            self.finding = False
+
+    def _imported(self) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+            self.callback()
 
 
 class _Watch(importlib.abc.MetaPathFinder):
@@ -89,12 +136,13 @@ class _Watch(importlib.abc.MetaPathFinder):
             return None
         self.finding = True  # the usual finders are asked below, and this one is among them
         try:
-            return _find(fullname, path, target, functools.partial(self._imported, fullname))
+            after = functools.partial(self._imported, fullname)
+            return _find(fullname, path, target, self, after)
         finally:
             self.finding = False
 
     def _imported(self, name: str) -> None:
-        if not self.callback(name) and self in sys.meta_path:
+        if self in sys.meta_path and not self.callback(name):
             sys.meta_path.remove(self)
 
 
@@ -111,22 +159,3 @@ def _importer() -> str | None:
         return None
     name = frame.f_globals.get("__name__")
     return name if isinstance(name, str) else None
-
-
-class _Then(importlib.abc.Loader):
-    """The module's own loader, then the callback."""
-
-    def __init__(self, loader: Any, callback: Callable[[], None]) -> None:
-        self.loader = loader
-        self.callback = callback
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        # The wrapped loader is whatever object the usual finders returned.
-        return self.loader.create_module(spec)  # type: ignore[no-any-return]
-
-    def exec_module(self, module: ModuleType) -> None:
-        self.loader.exec_module(module)
-        self.callback()
-
-    def __getattr__(self, name: str) -> Any:  # get_source, get_resource_reader, ...
-        return getattr(self.loader, name)

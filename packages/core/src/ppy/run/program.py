@@ -15,9 +15,9 @@ import importlib.machinery
 import os
 import sys
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import CodeType, ModuleType, TracebackType
+from types import CodeType, FunctionType, ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ppy.layout import module_name
@@ -27,7 +27,7 @@ from ppy.runtime import ManagedRuntime, Runtime
 if TYPE_CHECKING:
     from ppy.artifact.model import Artifact
 
-__all__ = ["Program", "run_program"]
+__all__ = ["Program", "run_program", "safe_path", "script_filename"]
 
 _PPY_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -46,36 +46,68 @@ def run_program(
     binder: Binds | None = None,
 ) -> int:
     """Run ``program`` (the path as the user typed it) as ``__main__``; its exit
-    code, as ``python`` would give it. An uncaught KeyboardInterrupt ends the
-    process by SIGINT, as python's does. ``binder``: what replaces functions
-    as modules execute, if not a ``Binder`` of the artifact's entries.
+    code, as ``python`` would give it, with this process's ``sys.argv``,
+    ``sys.path`` and ``__main__`` put back. An uncaught KeyboardInterrupt ends
+    the process by SIGINT, as python's does. ``binder``: what replaces
+    functions as modules execute, if not a ``Binder`` of the artifact's entries.
 
     The program's module frame has this function's above it; ``ppy run``
     runs a ``Program`` in the outermost frame it has (``ppy.cli.main.main``)."""
     ready = Program(program, argv, artifact=artifact, runtimes=runtimes, root=root, binder=binder)
-    with ready as code:
-        exec(code, ready.namespace)
-    return ready.end()
+    with ready as run:
+        run()
+    try:
+        return ready.end()
+    finally:
+        ready.restore()
+
+
+def script_filename(typed: str) -> str:
+    """The program's ``__file__`` and the filename of its code, as python gives
+    them for ``python TYPED``: absolute, the working folder and a ``/`` put in
+    front of a relative path, and nothing normalized (``./model.ppy`` is
+    ``/cwd/./model.ppy``; ``/`` as the working folder gives ``//model.ppy``),
+    on 3.11 to 3.13 alike (CPython's ``_Py_abspath``)."""
+    if typed.startswith(os.sep):
+        return typed
+    return f"{os.getcwd()}{os.sep}{typed}"
+
+
+def safe_path() -> bool:
+    """Whether python would leave the script's folder off ``sys.path``:
+    ``-P``, ``-I`` or ``PYTHONSAFEPATH`` (not empty, and not under ``-E``).
+    The variable is read too, not only the flag, because a warm run's
+    interpreter is the server's: its environment is the run's own."""
+    if sys.flags.safe_path:
+        return True
+    return not sys.flags.ignore_environment and bool(os.environ.get("PYTHONSAFEPATH"))
 
 
 class Program:
     """A program set up to run as ``__main__`` in the frame of whoever runs it::
 
-        with program as code:
-            exec(code, program.namespace)
+        with program as run:
+            run()
         return program.end()
 
     python runs a script's module code with no frame above it; a frame cannot
     be taken out of the chain above the program's, so the program's code is
-    executed by the outermost frame ppy has, not by this class: what
+    run by the outermost frame ppy has, not by this class: what
     ``traceback.extract_stack()``, ``inspect.stack()`` and ``f_back`` show
-    above the program is that frame and those above it only.
+    above the program is that frame and those above it only. ``run`` is the
+    module's code as a function of the program's globals, which python's eval
+    loop calls in line, as it calls any Python function: ``exec`` would start
+    an eval loop of its own, one more level of recursion (on 3.11) than the
+    frames show.
 
     Entering sets up what python sets up (argv, ``sys.path[0]``, the
     ``__main__`` module), installs the binding and starts the runtimes, and
-    gives the code to run. Leaving keeps what the program raised; ``end``
-    reports it and undoes the set-up after the ``with`` statement, where, as
-    in python's own reporting and exit, no exception is being handled.
+    gives the program to run. Leaving keeps what the program raised; ``end``
+    reports it and ends the binding after the ``with`` statement, where, as
+    in python's own reporting and exit, no exception is being handled. What
+    the program set up stays the process's, as under python, for its exit
+    handlers (``atexit``) to see; ``restore`` puts back the caller's, for a
+    caller that goes on in this process.
     """
 
     def __init__(
@@ -87,25 +119,29 @@ class Program:
         runtimes: Mapping[str, Runtime],
         root: Path,
         binder: Binds | None = None,
+        ended: Callable[[], None] | None = None,
     ) -> None:
         import ppy  # noqa: F401 - installs the .ppy hook the finder goes ahead of
 
         self._typed = program
         self._argv = list(argv)
-        # As python 3.9+ has them: argv[0] as typed, __file__ and the code's
-        # filename absolute, sys.path[0] the script's real folder.
-        self._path = Path(os.path.abspath(program))
+        # As python has them: argv[0] as typed, __file__ and the code's
+        # filename absolute but not normalized, sys.path[0] the script's real
+        # folder (unless -P or PYTHONSAFEPATH leaves it off).
+        self._filename = script_filename(str(program))
+        self._path = Path(self._filename)
+        self._ended = ended
         self._root = root
         self._runtimes = runtimes
         self._binder = binder if binder is not None else Binder(artifact, runtimes, root)
         self._finder = BindingFinder(self._binder)
         self._module = ModuleType("__main__")
         self._module.__dict__.update(
-            __file__=str(self._path),
+            __file__=self._filename,
             __builtins__=builtins,
             __cached__=None,
             __spec__=None,
-            __loader__=importlib.machinery.SourceFileLoader("__main__", str(self._path)),
+            __loader__=importlib.machinery.SourceFileLoader("__main__", self._filename),
         )
         if sys.version_info < (3, 14):
             # python's __main__ starts with it (PEP 649 takes it away in 3.14).
@@ -113,34 +149,47 @@ class Program:
         self._code: CodeType = _NOTHING
         self._unreadable: SyntaxError | None = None
         self._raised: BaseException | None = None
-        self._saved: tuple[list[str], str | None, ModuleType | None] | None = None
+        self._saved: tuple[list[str], list[str], ModuleType | None] | None = None
 
     @property
     def namespace(self) -> dict[str, Any]:
         """The globals of the program's ``__main__`` module."""
         return self._module.__dict__
 
-    def __enter__(self) -> CodeType:
-        saved_path0 = sys.path[0] if sys.path else None
-        self._saved = (sys.argv, saved_path0, sys.modules.get("__main__"))
+    def __enter__(self) -> Callable[[], None]:
+        self._saved = (sys.argv, list(sys.path), sys.modules.get("__main__"))
         sys.argv = [str(self._typed), *self._argv]
-        folder = os.path.dirname(os.path.realpath(self._path))
-        if sys.path:
-            sys.path[0] = folder
-        else:
-            sys.path.append(folder)
+        self._place_folder()
         sys.modules["__main__"] = self._module
         self._finder.install()
         _start(self._runtimes)
         try:
             module = module_name(self._root.resolve(), self._path.resolve())
-            self._code, bind = self._binder.code(self._path, module)
+            self._code, bind = self._binder.code(self._filename, module)
         except SyntaxError as error:
             self._unreadable = error
-            return _NOTHING
-        if bind is not None:
-            self.namespace[BIND_NAME] = bind
-        return self._code
+            self._code = _NOTHING
+        else:
+            if bind is not None:
+                self.namespace[BIND_NAME] = bind
+        # Module code as a function: no CO_OPTIMIZED, so its locals are its globals.
+        return FunctionType(self._code, self.namespace)
+
+    def _place_folder(self) -> None:
+        """``sys.path[0]`` as python sets it for the script: its real folder,
+        in place of the one the interpreter put first for ppy (the ``ppy``
+        script's, ``-m``'s or ``-c``'s); under ``-P`` or ``PYTHONSAFEPATH``
+        none, as python puts none."""
+        inserted = not sys.flags.safe_path  # the interpreter put a folder first
+        if safe_path():
+            if inserted and sys.path:
+                del sys.path[0]
+            return
+        folder = os.path.dirname(os.path.realpath(self._path))
+        if inserted and sys.path:
+            sys.path[0] = folder
+        else:
+            sys.path.insert(0, folder)
 
     def __exit__(
         self,
@@ -153,7 +202,7 @@ class Program:
         return True
 
     def end(self) -> int:
-        """Report what the program raised and undo the set-up: the program's
+        """Report what the program raised and end the binding: the program's
         exit code, as python's. An uncaught KeyboardInterrupt ends the process
         by SIGINT, as python's does, and this does not return."""
         raised, self._raised = self._raised, None
@@ -165,26 +214,36 @@ class Program:
             if raised is None:
                 return 0
             if isinstance(raised, SystemExit):
-                return _exit_code(raised)
+                return _exit_code(raised)  # python exits here, with __file__ left in place
             _report(type(raised), raised, self._own_frames_left(raised.__traceback__))
             if isinstance(raised, KeyboardInterrupt):
                 interrupted = True
                 return 130  # only if the signal does not end the process
             return 1
         finally:
-            sys.stdout.flush()
+            if not isinstance(raised, SystemExit):
+                # As python's run of a script ends (CPython's _PyRun_SimpleFileObject).
+                self.namespace.pop("__file__", None)
+                self.namespace.pop("__cached__", None)
+            if sys.stdout is not None:  # None: python found no fd 1 (`>&-`)
+                sys.stdout.flush()
             self._finder.remove()
             self._binder.jits.remove()
             _close(self._runtimes)
-            if self._saved is not None:
-                saved_argv, saved_path0, saved_main = self._saved
-                sys.argv = saved_argv
-                if saved_path0 is not None:
-                    sys.path[0] = saved_path0
-                if saved_main is not None:
-                    sys.modules["__main__"] = saved_main
+            if self._ended is not None:
+                self._ended()
             if interrupted:
                 _end_by_sigint()
+
+    def restore(self) -> None:
+        """Put back the caller's ``sys.argv``, ``sys.path`` and ``__main__``."""
+        if self._saved is not None:
+            saved_argv, saved_path, saved_main = self._saved
+            sys.argv = saved_argv
+            sys.path[:] = saved_path
+            if saved_main is not None:
+                sys.modules["__main__"] = saved_main
+            self._saved = None
 
     def _own_frames_left(self, tb: TracebackType | None) -> TracebackType | None:
         """The traceback from the program's module frame on: the frame that ran
@@ -229,7 +288,11 @@ def _exit_code(done: SystemExit) -> int:
         return 0
     if isinstance(code, int):
         return code
-    print(code, file=sys.stderr)
+    if sys.stderr is not None:
+        print(code, file=sys.stderr)
+    else:  # as python does: to the C stderr, which may be closed too
+        with contextlib.suppress(OSError):
+            os.write(2, f"{code}\n".encode(errors="backslashreplace"))
     return 1
 
 
@@ -253,6 +316,8 @@ def _report(
     try:
         hook(kind, value, tb)
     except BaseException as failed:
+        if sys.stderr is None:
+            return
         print("Error in sys.excepthook:", file=sys.stderr)
         _print_exception(type(failed), failed, failed.__traceback__, own)
         print("\nOriginal exception was:", file=sys.stderr)
@@ -265,7 +330,10 @@ def _print_exception(
     tb: TracebackType | None,
     own: frozenset[str],
 ) -> None:
-    """The traceback python would print, without ppy's own frames."""
+    """The traceback python would print, without ppy's own frames; nothing
+    where ``sys.stderr`` is None (python started with fd 2 closed), as python."""
+    if sys.stderr is None:
+        return
     report = traceback.TracebackException(kind, value, tb, compact=True)
     _drop_own_frames(report, own, set())
     print("".join(report.format()), end="", file=sys.stderr)

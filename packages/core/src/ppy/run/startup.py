@@ -46,8 +46,10 @@ def launch(
     ``config``, the program's configuration where it was read already."""
     from ppy.run.collector import set_aside
     from ppy.run.program import Program
+    from ppy.run.shadow import unless_shadowed
 
     prepared = prepare(Path(program), build=build, config=config)
+    unless_shadowed(program, argv)
     set_aside(prepared.root)
     return Program(
         program,
