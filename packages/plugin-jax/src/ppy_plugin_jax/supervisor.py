@@ -144,7 +144,7 @@ def worker_environment(
         for k, v in environ.items()
         if (k in ENV_KEEP or k.startswith(ENV_PREFIXES)) and not looks_secret(k)
     }
-    env.update((k, environ[k]) for k in ENV_PATH if k in environ)
+    env.update({k: v for k, v in environ.items() if k in ENV_PATH})
     if "PYTHONPATH" in env:
         env["PYTHONPATH"] = _absolute_path(env["PYTHONPATH"], cwd or os.getcwd())
     env["PYTHONUNBUFFERED"] = "1"
