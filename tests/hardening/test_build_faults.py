@@ -30,7 +30,7 @@ build-execution = "allow"
 
 [tool.ppy.plugins.jax]
 allow-build-export = true
-export-timeout = 4
+export-timeout = 12
 export-memory-limit = 1024
 """
 
@@ -90,7 +90,7 @@ FAULTS: dict[str, tuple[str, Outcome, str, *tuple[str, ...]]] = {
         _module(in_function="while True:\n    pass\n"),
         Outcome.STAYS,
         "export-failed",
-        "timed out after 4 s (export-timeout) while importing or exporting loops.ppy",
+        "timed out after 12 s (export-timeout) while importing or exporting loops.ppy",
     ),
     "memory": (
         _module(in_function="hoard = bytearray(4 << 30)\n"),

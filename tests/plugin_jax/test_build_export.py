@@ -141,7 +141,7 @@ build-execution = "allow"
 
 [tool.ppy.plugins.jax]
 allow-build-export = true
-export-timeout = 4
+export-timeout = 12
 platforms = ["cpu", "cuda"]
 # The kinds module has a dozen functions; checking each at four sizes would
 # not fit the short timeout hangs.ppy needs (tests/fidelity checks sizes).
@@ -242,7 +242,7 @@ def test_user_code_that_fails_at_import_is_reported_and_the_build_goes_on(
     assert "about to fail" in result.stdout
     assert "sys.exit(3)" in _line(result, "exits", "f")
     assert "exited with code 7" in _line(result, "dies", "f") and "dying now" in result.stdout
-    assert "timed out after 4 s" in _line(result, "hangs", "f")
+    assert "timed out after 12 s" in _line(result, "hangs", "f")
     secret = _line(result, "secret", "f")
     assert "secret=None" in secret and "hunter2" not in result.stdout
     assert "exported" in _line(result, "kinds", "aliased")
