@@ -146,7 +146,10 @@ def show(events: list[Held]) -> None:
 
 
 def _write(method: str, event: str, fields: dict[str, Any]) -> None:
-    """Print one event: the plain line where it says it all, else through structlog."""
+    """Print one event: the plain line where it says it all, else through structlog.
+    With stderr closed (``2>&-``) it goes nowhere, as python's own warnings do."""
+    if sys.stderr is None:
+        return
     line = _plain(method, event, fields) if _logger is None else None
     if line is not None:
         print(line, file=sys.stderr, flush=True)
