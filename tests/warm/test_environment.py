@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import PERMISSIONS
 from tests.warm.support import Warm, servers
 
 
@@ -89,6 +90,37 @@ def test_a_variable_set_before_the_first_import_of_jax_is_what_jax_reads(
             assert done.returncode == 0
             (cold,) = _events(done.stderr, "run.cold")
             assert "JAX_ENABLE_X64" in str(cold["reason"]), cold
+
+
+@pytest.mark.slow
+def test_a_build_before_the_program_is_not_the_program_acting(tmp_path: Path) -> None:
+    """The child builds the stale artifact first, starting an export worker
+    and writing files: that is ppy's start-up, not the program, so the run
+    still goes cold rather than being refused."""
+    program = """
+        import os
+        env = os.environ
+        env["JAX_ENABLE_X64"] = "1"
+        from typing import Annotated
+        import jax, jax.numpy as jnp
+        import ppy
+
+        @jax.jit
+        def double(x: Annotated[jax.Array, ppy.Shape("N"), ppy.DType("float32")]):
+            return x * 2
+
+        print(double(jnp.ones(3, dtype=jnp.float32)), jnp.ones(1).dtype)
+        """
+    root = _project(tmp_path, program)
+    (root / "pyproject.toml").write_text(PERMISSIONS)
+    with servers(root, tmp_path / "cache") as warm:
+        plain = warm.python()
+        assert plain.stdout.endswith("float64\n"), plain.stderr
+        for _ in range(2):
+            done = _verbose(warm)
+            assert (done.stdout, done.returncode) == (plain.stdout, 0), done.stderr
+            assert _events(done.stderr, "run.cold") and not _events(done.stderr, "run.warm_refused")
+            (root / "model.ppy").write_text((root / "model.ppy").read_text() + "\n")  # stale
 
 
 def test_numpy_is_checked_as_jax_is(tmp_path: Path) -> None:

@@ -214,7 +214,8 @@ class Watch:
         if not ACTIVITY.watching:
             return
         if event in _ACTS:
-            ACTIVITY.acted = True
+            if self._started:  # not ppy's own start-up (a build's export worker)
+                ACTIVITY.acted = True
         elif event == "exec" and not self._started and args and isinstance(args[0], CodeType):
             main = sys.modules.get("__main__")
             if main is not self._server_main and args[0].co_filename == getattr(
