@@ -365,14 +365,17 @@ def test_a_deleted_working_folder(tmp_path: Path) -> None:
         script = f"mkdir {gone} && cd {gone} && rmdir {gone} && "
         plain = _shell(warm, script + f"{_py()} {root / 'model.ppy'}")
         assert plain.stdout.startswith("no working folder"), plain.stderr
+        # CPython 3.13 cannot run a warm child there: cold, as docs/warm-start.md says.
+        cold = sys.version_info >= (3, 13)
         for _ in range(2):
             served = _shell(warm, script + ppy)
-            assert (served.returncode, served.stdout, served.stderr) == (
-                plain.returncode,
-                plain.stdout,
-                plain.stderr,
-            )
-        assert warm.servers()[0]["served"] == 2
+            assert (served.returncode, served.stdout) == (plain.returncode, plain.stdout)
+            if cold:
+                (line,) = served.stderr.splitlines()
+                assert "run.cold" in line and "working folder was deleted" in line
+            else:
+                assert served.stderr == plain.stderr
+        assert [s["served"] for s in warm.servers()] == ([] if cold else [2])
 
 
 HANDLES = """

@@ -88,6 +88,7 @@ def _serve(config: Config, program: Path, ppy_argv: Sequence[str]) -> int:
     if written is not None:
         raise Cold(written)
     stdio = tuple(fd for fd in (0, 1, 2) if _is_open(fd))
+    _check_folder()
     from ppy.warm.key import make_key
     from ppy.warm.place import Place, Untrusted, prepare_folder, warm_folder
 
@@ -132,6 +133,24 @@ def _serve(config: Config, program: Path, ppy_argv: Sequence[str]) -> int:
 
         get_logger().info("run.warm", server=place.name, pid=answer["started"])
         return _wait(sock)
+
+
+def _check_folder() -> None:
+    """Cold where the working folder was deleted and the child could not run
+    there: CPython 3.13 looks up the working folder whenever an attribute is
+    missing from a module, to say whether a file shadows it, and in an
+    interpreter started with ``-c`` (the server's entry) that fails there with
+    a ``SystemError`` instead of the ``AttributeError``."""
+    if sys.version_info < (3, 13):
+        return
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise Cold(
+            "the working folder was deleted, where this Python cannot run a warm "
+            "server's child (a missing module attribute raises SystemError there)",
+            "the run went cold and was not lost; run it from a folder that exists to run warm",
+        ) from None
 
 
 def _is_open(fd: int) -> bool:

@@ -131,7 +131,8 @@ def send(sock: socket.socket, message: Mapping[str, Any], fds: Sequence[int] = (
         ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
         sent = sock.sendmsg([data], ancillary)
         data = data[sent:]
-    sock.sendall(data)
+    if data:  # a send of nothing to a peer that already answered and hung up fails
+        sock.sendall(data)
 
 
 def receive(sock: socket.socket) -> dict[str, Any] | None:

@@ -124,7 +124,9 @@ class Server:
 
     def __post_init__(self) -> None:
         self._threads = _native_threads()
-        self._path = list(sys.path)
+        # ``-c`` put "" first, this folder; a child's ppy start-up runs from the
+        # client's folder, which may be the program's or deleted.
+        self._path = [entry or os.getcwd() for entry in sys.path]
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)

@@ -380,8 +380,6 @@ def _shadowed(top: str) -> str | None:
     except (ImportError, ValueError):
         return None
     found = spec.origin if spec is not None else None
-    if found is None:
-        return "no file"
-    if os.path.realpath(found) == os.path.realpath(loaded):
-        return None
+    if found is None or os.path.realpath(found) == os.path.realpath(loaded):
+        return None  # the same file, or one the path alone does not find (an editable finder)
     return found
