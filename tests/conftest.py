@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -62,6 +63,15 @@ def uses_model_library(folder: Path) -> bool:
 #: the user's runtime folder), and exit soon after a test that did not stop them.
 os.environ.pop("XDG_RUNTIME_DIR", None)
 os.environ["PPY_WARM_IDLE_TIMEOUT"] = "60"
+
+#: The processes the tests start get the dispositions an interactive shell
+#: gives: a background job of a script (``nox &``) starts with SIGINT and
+#: SIGQUIT ignored, which every child inherits, and python then ignores them
+#: too, so the tests that send them would see another program.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGQUIT) is signal.SIG_IGN:
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 def stop_servers(cache: Path) -> None:

@@ -241,7 +241,11 @@ print("not reached")
 """
 
 
-@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT])
+@pytest.mark.parametrize(
+    "number",
+    [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT],
+    ids=lambda number: signal.Signals(number).name,
+)
 def test_a_signal_to_the_client_reaches_the_run(tmp_path: Path, number: int) -> None:
     root = _project(tmp_path, SLEEPER)
     with servers(root, tmp_path / "cache") as warm:
@@ -299,3 +303,188 @@ def _alive(pid: int) -> bool:
             return stat.read().split(") ")[1][0] != "Z"
     except FileNotFoundError:
         return False
+
+
+#: A program that reports which standard streams it has, on one it still has,
+#: and ends without the final flush (``os._exit``) so only what it wrote counts.
+STREAMS = """
+import os, sys
+report = f"in={sys.stdin is None} out={sys.stdout is None} err={sys.stderr is None}\\n"
+for fd in (1, 2, 0):
+    try:
+        os.write(fd, report.encode())
+        break
+    except OSError:
+        continue
+os._exit(3)
+"""
+
+
+@pytest.mark.parametrize("closed", [0, 1, 2])
+def test_a_closed_standard_stream_stays_closed(tmp_path: Path, closed: int) -> None:
+    root = _project(tmp_path, STREAMS)
+    with servers(root, tmp_path / "cache") as warm:
+        warm.warm()  # the server is up
+        redirect = {0: "<&-", 1: ">&-", 2: "2>&-"}[closed]
+        ppy = " ".join(warm.command("run", "--warm", "model.ppy"))
+        plain = _shell(warm, f"{_py()} model.ppy {redirect}")
+        for _ in range(2):
+            served = _shell(warm, f"{ppy} {redirect}")
+            assert (served.returncode, served.stdout) == (plain.returncode, plain.stdout)
+            assert served.stderr == plain.stderr
+        assert warm.servers()[0]["served"] == 3
+
+
+def test_a_program_runs_with_its_stderr_closed(tmp_path: Path) -> None:
+    """The client has no stderr to say anything on, and the run still runs."""
+    root = _project(tmp_path, "import sys\nprint('ran', sys.stderr is None)\n")
+    with servers(root, tmp_path / "cache") as warm:
+        ppy = " ".join(warm.command("run", "--warm", "model.ppy"))
+        plain = _shell(warm, f"{_py()} model.ppy 2>&-")
+        for _ in range(2):  # starting the server, then served by it
+            served = _shell(warm, f"{ppy} 2>&-")
+            assert (served.returncode, served.stdout) == (plain.returncode, plain.stdout)
+    assert plain.stdout == "ran True\n"
+
+
+def test_a_deleted_working_folder(tmp_path: Path) -> None:
+    root = _project(
+        tmp_path,
+        """
+        import os, sys
+        try:
+            os.getcwd()
+        except FileNotFoundError:
+            print("no working folder", os.path.exists("."))
+        print(sys.argv[0] == __file__)
+        """,
+    )
+    gone = tmp_path / "gone"
+    with servers(root, tmp_path / "cache") as warm:
+        ppy = " ".join(warm.command("run", "--warm", str(root / "model.ppy")))
+        script = f"mkdir {gone} && cd {gone} && rmdir {gone} && "
+        plain = _shell(warm, script + f"{_py()} {root / 'model.ppy'}")
+        assert plain.stdout.startswith("no working folder"), plain.stderr
+        # CPython 3.13 cannot run a warm child there: cold, as docs/warm-start.md says.
+        cold = sys.version_info >= (3, 13)
+        for _ in range(2):
+            served = _shell(warm, script + ppy)
+            assert (served.returncode, served.stdout) == (plain.returncode, plain.stdout)
+            if cold:
+                (line,) = served.stderr.splitlines()
+                assert "run.cold" in line and "working folder was deleted" in line
+            else:
+                assert served.stderr == plain.stderr
+        assert [s["served"] for s in warm.servers()] == ([] if cold else [2])
+
+
+HANDLES = """
+import signal, sys, time
+def handler(number, frame):
+    print("handled", number, flush=True)
+    sys.exit(0)
+signal.signal(NUMBER, handler)
+print("ready", flush=True)
+time.sleep(20)
+print("not reached")
+"""
+
+
+@pytest.mark.parametrize(
+    "number",
+    [
+        *(
+            pytest.param(int(getattr(signal, f"SIG{name}")), id=f"SIG{name}")
+            for name in ["USR1", "USR2", "WINCH", "CONT", "ALRM", "URG", "PROF"]
+        ),
+        pytest.param(int(signal.SIGRTMIN) + 2, id="SIGRTMIN+2"),
+    ],
+)
+def test_a_signal_the_program_handles_reaches_its_handler(tmp_path: Path, number: int) -> None:
+    root = _project(tmp_path, HANDLES.replace("NUMBER", str(number)))
+    with servers(root, tmp_path / "cache") as warm:
+        results = []
+        for command in ([_py(), "model.ppy"], warm.command("-q", "run", "--warm", "model.ppy")):
+            process = subprocess.Popen(
+                command,
+                cwd=root,
+                env=warm.env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            assert process.stdout is not None
+            assert process.stdout.readline() == "ready\n"
+            time.sleep(0.5)
+            process.send_signal(number)
+            out, err = process.communicate(timeout=60)
+            results.append((process.returncode, out, err))
+    assert results[0] == (0, f"handled {number}\n", "")
+    assert results[1] == results[0]
+
+
+@pytest.mark.parametrize(
+    ("options", "env"),
+    [([], {"PYTHONWARNINGS": "default"}), (["-X", "dev"], {})],
+    ids=["PYTHONWARNINGS=default", "-X dev"],
+)
+def test_the_first_warm_run_warns_as_python_does(
+    tmp_path: Path, options: list[str], env: dict[str, str]
+) -> None:
+    root = _project(tmp_path, "print('ran')\n")
+    with servers(root, tmp_path / "cache") as warm:
+        runs = []
+        for command in (
+            [_py(), *options, "model.ppy"],
+            [_py(), *options, "-m", "ppy", "-q", "run", "--warm", "model.ppy"],  # starts it
+            [_py(), *options, "-m", "ppy", "-q", "run", "--warm", "model.ppy"],
+        ):
+            done = subprocess.run(
+                command,
+                cwd=root,
+                env=warm.env(env),
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
+            runs.append((done.returncode, done.stdout, done.stderr))
+        assert len(warm.servers(env=env)) == 1
+    assert runs[1] == runs[0]
+    assert runs[2] == runs[0]
+
+
+def test_the_signal_tests_pass_when_started_with_sigint_ignored(tmp_path: Path) -> None:
+    """As a background job of a script (``cmd &``) starts them: SIGINT and
+    SIGQUIT ignored, which every process started without resetting them inherits."""
+
+    def ignore() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [
+            _py(),
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            "tests/warm/test_runs.py",
+            "-k",
+            "a_signal_to_the_client and (SIGINT or SIGQUIT)",
+            "--basetemp",
+            str(tmp_path / "inner"),
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        preexec_fn=ignore,  # the test's own child, started before any thread
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "2 passed" in done.stdout

@@ -98,6 +98,10 @@ def _send_raw(path: Path, data: bytes) -> bytes:
             struct.pack(">I", 43) + b'{"op":"run","key":"x","__reduce__":"os.sy"}', id="unknown"
         ),
         pytest.param(b"\x00\x00", id="cut short"),
+        pytest.param(
+            struct.pack(">I", 200_000) + b"[" * 100_000 + b"]" * 100_000, id="nested 100000 deep"
+        ),
+        pytest.param(struct.pack(">I", 10) + b'{"op":[1]}', id="an op that is a list"),
     ],
 )
 def test_a_bad_request_is_refused_and_the_server_serves_on(tmp_path: Path, data: bytes) -> None:
@@ -150,7 +154,7 @@ def test_a_request_with_another_key_is_sent_cold(tmp_path: Path) -> None:
         warm.warm()
         request = (
             b'{"op":"run","key":"' + b"0" * 64 + b'","ppy_argv":["run","model.ppy"],'
-            b'"orig_argv":[],"cwd":"/","env":{},"umask":18,"ignored":[]}'
+            b'"orig_argv":[],"stdio":[0,1,2],"env":{},"umask":18,"ignored":[]}'
         )
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(30)
@@ -175,3 +179,51 @@ def test_a_run_is_never_lost_to_a_dead_server_folder(tmp_path: Path) -> None:
         path.write_text("")
         done = warm.run("run", "--warm", "model.ppy")
         assert done.stdout == "ran\n" and done.returncode == 0
+
+
+def test_a_slow_client_does_not_hold_the_server(tmp_path: Path) -> None:
+    """One byte every 3 seconds from one client: another run is served while
+    that request is still arriving, and the slow client is hung up on once
+    its whole request has not come within the deadline, unanswered."""
+    import threading
+
+    from ppy.warm.server import REQUEST_TIMEOUT
+
+    body = b'{"op":"status"}'
+    request = struct.pack(">I", len(body)) + body
+    root = _project(tmp_path)
+    with servers(root, tmp_path / "cache") as warm:
+        warm.warm()
+        slow = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        slow.connect(_address(_socket(tmp_path)))
+        stop = threading.Event()
+
+        def dribble() -> None:
+            for byte in request:
+                try:
+                    slow.send(bytes([byte]))
+                except OSError:
+                    return
+                if stop.wait(3.0):
+                    return
+
+        sender = threading.Thread(target=dribble)
+        sender.start()
+        try:
+            done = warm.run("-v", "--log-format", "json", "run", "--warm", "model.ppy")
+            assert done.stdout == "ran\n" and '"run.warm"' in done.stderr, done.stderr
+            assert sender.is_alive()  # still sending: the run did not wait for it
+            slow.settimeout(REQUEST_TIMEOUT + 20)
+            reply = b""
+            try:
+                while chunk := slow.recv(4096):
+                    reply += chunk
+            except ConnectionResetError:
+                pass
+            assert b"pid" not in reply  # hung up on, never answered
+            assert sender.is_alive()  # before its request was whole
+        finally:
+            stop.set()
+            sender.join()
+            slow.close()
+        assert warm.servers()[0]["served"] == 2

@@ -147,9 +147,9 @@ def show(events: list[Held]) -> None:
 
 def _write(method: str, event: str, fields: dict[str, Any]) -> None:
     """Print one event: the plain line where it says it all, else through structlog.
-    Nothing where the command has no stderr (started with fd 2 closed): not
-    on stdout, which is the program's."""
-    if _settings["cli"] and sys.stderr is None:
+    With stderr closed (``2>&-``) it goes nowhere, as python's own warnings
+    do: never on stdout, which is the program's."""
+    if sys.stderr is None:
         return
     line = _plain(method, event, fields) if _logger is None else None
     if line is not None:

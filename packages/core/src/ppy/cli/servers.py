@@ -26,7 +26,7 @@ def ask(place: Place, op: str) -> dict[str, Any] | None:
     try:
         sock.connect(place.address())
         send(sock, {"op": op})
-        reply, _ = receive(sock)
+        reply = receive(sock)
     except (ConnectionRefusedError, FileNotFoundError):
         place.remove()
         return None

@@ -4,13 +4,16 @@ signals, then ``ppy run`` as a direct run does it.
 What a fresh ``python`` sets up at start-up is set up again here from the
 request, in the order the interpreter does it: the standard streams as
 CPython's ``create_stdio`` makes them (the encoding the locale gives, line
-buffering on a terminal, stderr line-buffered and ``backslashreplace``), the
+buffering on a terminal, stderr line-buffered and ``backslashreplace``; a
+stream the client had closed is closed here too, and ``None``), the working
+folder (the client's own, by descriptor: it may have been deleted), the
 signal dispositions python starts with (SIGINT raising KeyboardInterrupt,
 SIGPIPE and SIGXFSZ ignored, and those the client's parent had ignored,
 such as ``nohup``'s SIGHUP, still ignored), and the per-process randomness a
 fresh interpreter draws (``random``, which reseeds itself at fork, and
-numpy's global ``RandomState`` if it was imported). docs/warm-start.md lists
-what stays the server's (the hash seed, the controlling terminal).
+numpy's global ``RandomState`` if it was imported). Then the watch on the
+program's imports is installed (``ppy.warm.watch``). docs/warm-start.md
+lists what stays the server's (the hash seed, the controlling terminal).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import os
 import signal
 import sys
 from typing import TYPE_CHECKING, Any
+
+from ppy.warm.protocol import FORWARDED
 
 if TYPE_CHECKING:
     from ppy.warm.server import Job
@@ -35,28 +40,38 @@ def become(job: Job) -> list[str]:
     """Take the request as this process's own; the ``ppy`` arguments to run.
     The server's entry runs them, so the program's frame is as near the top
     of the stack as under the ``ppy`` script (``ppy.warm.server.ENTRY``)."""
+    from ppy.warm.watch import Watch
+
     request = job.request
     parent = os.getppid()
     _die_with(parent)
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)  # its own group, which the server kills if the client dies
     _signals(request.ignored)
-    for target, fd in enumerate(job.fds):
-        os.dup2(fd, target, inheritable=True)
+    *streams, folder = job.fds
+    opened = dict(zip(request.stdio, streams, strict=True))
+    for target in (0, 1, 2):
+        if target in opened:
+            os.dup2(opened[target], target, inheritable=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.close(target)  # closed in the client: closed here, as python has it
+    os.fchdir(folder)
     for fd in job.fds:
-        if fd > 2:
+        if fd > 2:  # what the server received never landed on 0, 1 or 2: they are its own
             os.close(fd)
     os.environ.clear()
     os.environ.update(request.env or {})
-    os.chdir(request.cwd)
     os.umask(request.umask)
     import time
 
     time.tzset()
-    _stdio()
+    watch = Watch(job.groups, job.libraries, job.verdict)
+    _stdio(watched=watch.active)
     sys.path[:] = job.server_path
     sys.orig_argv[:] = list(request.orig_argv)
     _fresh_randomness()
+    watch.install()
     return list(request.ppy_argv)
 
 
@@ -72,9 +87,16 @@ def _die_with(parent: int) -> None:
 
 
 def _signals(ignored: tuple[int, ...]) -> None:
-    """The dispositions python starts with, given what the client inherited."""
-    for default in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD):
-        signal.signal(default, signal.SIG_DFL)
+    """The dispositions python starts with, given what the client inherited.
+
+    Every signal a client passes on starts at its default, but for those
+    whose handler is not Python's (``-X faulthandler``'s, as in a fresh
+    interpreter with the same options); the faults (SIGSEGV...) keep the
+    server's, which are a fresh interpreter's too."""
+    for default in (*FORWARDED, signal.SIGCHLD):
+        with contextlib.suppress(OSError, ValueError):
+            if signal.getsignal(default) is not None:
+                signal.signal(default, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for ignore in (signal.SIGPIPE, signal.SIGXFSZ):
         signal.signal(ignore, signal.SIG_IGN)
@@ -83,11 +105,13 @@ def _signals(ignored: tuple[int, ...]) -> None:
             signal.signal(number, signal.SIG_IGN)
 
 
-def _stdio() -> None:
+def _stdio(*, watched: bool) -> None:
     """sys.stdin, sys.stdout and sys.stderr as CPython's ``create_stdio`` makes
     them for fds 0, 1 and 2. The encoding and the stdin/stdout error handler
     are the server's: the locale and ``PYTHONIOENCODING`` they come from are
-    part of the key."""
+    part of the key. ``watched``: stdin notes a read (``ppy.warm.watch.Stream``)."""
+    from ppy.warm.watch import Stream, buffer_size
+
     server = sys.__stdout__
     encoding = server.encoding if server is not None else "utf-8"
     errors = server.errors if server is not None else "strict"
@@ -101,12 +125,12 @@ def _stdio() -> None:
             streams.append(None)
             continue
         write = mode == "w"
-        buffering = 0 if (not buffered and write) else -1
-        raw_or_buffer: Any = open(  # noqa: SIM115 - the stream lives on as sys.stdout
-            fd, mode + "b", buffering=buffering, closefd=False
-        )
-        raw = raw_or_buffer.raw if buffering else raw_or_buffer
-        raw.name = name
+        raw = (Stream if watched and not write else io.FileIO)(fd, mode, closefd=False)
+        raw.name = name  # as CPython names its stdio
+        raw_or_buffer: Any = raw
+        if buffered or not write:
+            size = buffer_size(fd)
+            raw_or_buffer = (io.BufferedWriter if write else io.BufferedReader)(raw, size)
         line_buffering = buffered and (raw.isatty() or fd == 2)
         text = io.TextIOWrapper(
             raw_or_buffer,

@@ -13,7 +13,7 @@ a shell sees what it would see of ``python``.
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import itertools
 import os
 import signal
 import socket
@@ -93,11 +93,8 @@ def _serve(config: Config, program: Path, ppy_argv: Sequence[str]) -> int:
     written = environment_write(program)
     if written is not None:
         raise Cold(written)
-    for fd in (0, 1, 2):
-        try:
-            os.fstat(fd)
-        except OSError:
-            raise Cold(f"file descriptor {fd} is closed; a server cannot be handed it") from None
+    stdio = tuple(fd for fd in (0, 1, 2) if _is_open(fd))
+    _check_folder()
     from ppy.warm.key import make_key
     from ppy.warm.place import Place, Untrusted, prepare_folder, warm_folder
 
@@ -107,31 +104,78 @@ def _serve(config: Config, program: Path, ppy_argv: Sequence[str]) -> int:
     except Untrusted as error:
         raise Cold(str(error)) from None
     place = Place(folder, key.name)
-    sock = _connect(place) or _start(place, key, config)
     request = Request(
         op="run",
         key=key.digest,
         ppy_argv=tuple(ppy_argv),
         orig_argv=tuple(sys.orig_argv),
-        cwd=os.getcwd(),
+        stdio=stdio,
         env=dict(os.environ),
         umask=_umask(),
-        ignored=tuple(int(n) for n in FORWARDED if signal.getsignal(n) is signal.SIG_IGN),
+        ignored=tuple(n for n in FORWARDED if signal.getsignal(n) is signal.SIG_IGN),
     )
+    try:
+        # The working folder itself, which may have been deleted or renamed.
+        here = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as error:
+        raise Cold(f"the working folder cannot be opened: {error.strerror}") from None
+    try:
+        sock = _connect(place) or _start(place, key, config)
+        answer = _hand_over(sock, request, (*stdio, here))
+        if "stale" in answer:
+            sock.close()
+            from ppy.log import get_logger
+
+            get_logger().info("run.warm_stale", server=place.name, reason=str(answer["stale"]))
+            sock = _connect(place) or _start(place, key, config)
+            answer = _hand_over(sock, request, (*stdio, here))
+    finally:
+        os.close(here)
     with sock:
-        try:
-            send(sock, request.to_json(), fds=(0, 1, 2))
-            reply, _ = receive(sock)
-        except (OSError, ProtocolError) as error:
-            raise Cold(f"the server did not take the run: {error}") from None
-        answer = reply or {}
         if "started" not in answer:
             why = answer.get("cold") or answer.get("refused") or answer.get("error")
-            raise Cold(str(why or "the server closed"))
+            raise Cold(str(why or answer.get("stale") or "the server closed"))
         from ppy.log import get_logger
 
         get_logger().info("run.warm", server=place.name, pid=answer["started"])
         return _wait(sock)
+
+
+def _check_folder() -> None:
+    """Cold where the working folder was deleted and the child could not run
+    there: CPython 3.13 looks up the working folder whenever an attribute is
+    missing from a module, to say whether a file shadows it, and in an
+    interpreter started with ``-c`` (the server's entry) that fails there with
+    a ``SystemError`` instead of the ``AttributeError``."""
+    if sys.version_info < (3, 13):
+        return
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise Cold(
+            "the working folder was deleted, where this Python cannot run a warm "
+            "server's child (a missing module attribute raises SystemError there)",
+            "the run went cold and was not lost; run it from a folder that exists to run warm",
+        ) from None
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def _hand_over(sock: socket.socket, request: Request, fds: Sequence[int]) -> dict[str, Any]:
+    """Send the run and its descriptors; the server's answer."""
+    try:
+        send(sock, request.to_json(), fds=fds)
+        reply = receive(sock)
+    except (OSError, ProtocolError) as error:
+        sock.close()
+        raise Cold(f"the server did not take the run: {error}") from None
+    return reply or {}
 
 
 def _umask() -> int:
@@ -161,8 +205,7 @@ def _connect(place: Place) -> socket.socket | None:
 
 def _start(place: Place, key: Key, config: Config) -> socket.socket:
     """Start the key's server and connect; one run starts it while others wait."""
-    with open(place.lock, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with place.starting():
         sock = _connect(place)
         if sock is not None:
             return sock
@@ -192,22 +235,55 @@ def _start(place: Place, key: Key, config: Config) -> socket.socket:
                 close_fds=True,
             )
         get_logger().info("run.warm_start", server=place.name, pid=process.pid)
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            sock = _connect(place)
-            if sock is not None:
-                return sock
-            if process.poll() is not None:
-                raise Cold(f"the server did not start: {_last_line(place)}")
-            time.sleep(0.02)
-        process.kill()
-        raise Cold(f"the server did not listen within {START_TIMEOUT:g} s")
+        try:
+            return _listening(place, process)
+        finally:
+            _let_go(process)
+
+
+def _listening(place: Place, process: subprocess.Popen[bytes]) -> socket.socket:
+    """A connection to the server once it listens; Cold if it ends or does not listen."""
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        sock = _connect(place)
+        if sock is not None:
+            return sock
+        if process.poll() is not None:
+            said = _last_line(place)
+            place.remove_start_files(held=True)
+            raise Cold(f"the server did not start: {said}")
+        time.sleep(0.02)
+    process.kill()
+    process.wait()
+    place.remove_start_files(held=True)
+    raise Cold(f"the server did not listen within {START_TIMEOUT:g} s")
+
+
+def _let_go(process: subprocess.Popen[bytes]) -> None:
+    """Forget the server process: it outlives this run by design, so the
+    ResourceWarning ``Popen`` gives for a child still running when it is
+    collected (under ``-X dev`` or ``PYTHONWARNINGS``) is not the program's."""
+    if process.returncode is None:
+        process.returncode = 0  # not ours to wait for: it runs in a session of its own
 
 
 def _interpreter_flags() -> list[str]:
     """The interpreter options this process runs with (``-X``, ``-W``, ``-O``...),
-    so the server's interpreter is set up as this one: they are in the key."""
-    return list(subprocess._args_from_interpreter_flags())  # type: ignore[attr-defined]
+    so the server's interpreter is set up as this one: they are in the key.
+    ``subprocess`` passes on some ``-X`` options only; the rest are added."""
+    args: list[str] = list(subprocess._args_from_interpreter_flags())  # type: ignore[attr-defined]
+    given = {value.partition("=")[0] for flag, value in itertools.pairwise(args) if flag == "-X"}
+    for name, value in sys._xoptions.items():
+        if name not in given:
+            args += ["-X", name if value is True else f"{name}={value}"]
+    return args
+
+
+#: What a run sent cold by the check of its first import of jax can do.
+_COLD_REMEDY: Final = (
+    "the run went cold and was not lost; set such variables in the environment ppy "
+    "runs in (they are in the warm key) rather than in the program"
+)
 
 
 def _last_line(place: Place) -> str:
@@ -219,7 +295,9 @@ def _last_line(place: Place) -> str:
 
 
 def _wait(sock: socket.socket) -> int:
-    """Pass signals on until the run ends; its exit code, or its signal."""
+    """Pass signals on until the run ends; its exit code, or its signal.
+    Cold where the child found, before the program did anything, that it
+    could not serve the run (``ppy.warm.watch``)."""
     previous: dict[int, Any] = {}
 
     def forward(number: int, _frame: object) -> None:
@@ -227,18 +305,24 @@ def _wait(sock: socket.socket) -> int:
             send(sock, {"signal": number})
 
     for forwarded in FORWARDED:
-        if signal.getsignal(forwarded) is not signal.SIG_IGN:
-            previous[forwarded] = signal.signal(forwarded, forward)
+        # Not one ignored (the run ignores it too), nor one whose handler is
+        # not Python's (``-X faulthandler``'s on SIGABRT: it stays).
+        if signal.getsignal(forwarded) not in (signal.SIG_IGN, None):
+            with contextlib.suppress(OSError, ValueError):
+                previous[forwarded] = signal.signal(forwarded, forward)
     try:
         try:
-            reply, _ = receive(sock)
+            reply = receive(sock)
         except (OSError, ProtocolError):
             reply = None
     finally:
         for restored, handler in previous.items():
             signal.signal(restored, handler)
+    if reply is not None and isinstance(reply.get("cold"), str):
+        raise Cold(reply["cold"], _COLD_REMEDY)
     if reply is None or type(reply.get("exit")) is not int:
-        print("ppy: error: the warm server ended during the run", file=sys.stderr)
+        if sys.stderr is not None:
+            print("ppy: error: the warm server ended during the run", file=sys.stderr)
         return 1
     status: int = reply["exit"]
     if os.WIFSIGNALED(status):

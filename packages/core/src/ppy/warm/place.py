@@ -1,5 +1,11 @@
 """Where warm servers listen: a private folder, one socket and one note per key.
 
+While a run starts a key's server it holds the key's lock file, and the
+server's stderr goes to the key's log; a server that ends removes both,
+unless a run is starting another server for the key (it holds the lock) or
+another already listens. A lock file taken after it was removed is taken
+again, so two runs never start two servers side by side.
+
 The folder is ``$XDG_RUNTIME_DIR/ppy`` (a per-user tmpfs the system removes
 at logout), else ``warm/`` in ppy's cache folder. Either way it is created
 0700 and trusted only as the executable cache is: this user's, not a link,
@@ -11,6 +17,7 @@ goes cold and says why.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import stat
@@ -90,6 +97,55 @@ class Place:
         for path in (self.socket, self.note):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+
+    @contextlib.contextmanager
+    def starting(self) -> Iterator[None]:
+        """Hold the key's lock while a server for it starts (or is found)."""
+        while True:
+            fd = os.open(self.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                if not _is(fd, self.lock):
+                    continue  # removed by a server that ended while this run waited
+                yield
+                return
+            finally:
+                os.close(fd)
+
+    def remove_start_files(self, *, held: bool = False) -> None:
+        """Remove the lock and the log of a server that is done, unless a run
+        is starting a server now (``held``: this process holds the lock) or
+        one listens."""
+        if held:
+            self._unlink_start_files()
+            return
+        try:
+            fd = os.open(self.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return  # a run is starting the key's next server: the files are its
+            if _is(fd, self.lock) and not os.path.lexists(self.socket):
+                self._unlink_start_files()
+        finally:
+            os.close(fd)
+
+    def _unlink_start_files(self) -> None:
+        for path in (self.log, self.lock):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+
+def _is(fd: int, path: Path) -> bool:
+    """Whether ``path`` still names the file open as ``fd``."""
+    try:
+        here, there = os.fstat(fd), os.lstat(path)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
 _FOLDER_FDS: dict[Path, int] = {}

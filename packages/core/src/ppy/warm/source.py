@@ -1,15 +1,14 @@
-"""What a program's source does that a warm server cannot serve faithfully.
+"""What a program's source says that a warm server cannot serve faithfully.
 
-jax reads its ``JAX_*`` variables when it is imported. In a direct run a
-program that sets one before ``import jax`` (``os.environ["JAX_ENABLE_X64"]
-= "1"``) gets it; a warm child's jax was imported by the server, before the
-program ran, and would silently keep the server's value. So a program whose
-file writes such a variable, or a variable named only at run time, runs
-cold. Variables read when the backend starts (``XLA_FLAGS``) are fine: the
-server never starts it.
-
-The program's own file is read, not the modules it imports; docs/warm-start.md
-says so.
+jax reads its ``JAX_*`` variables when it is imported, numpy its ``NPY_*``
+ones. In a direct run a program that sets one before ``import jax``
+(``os.environ["JAX_ENABLE_X64"] = "1"``) gets it; a warm child's jax was
+imported by the server. The check that decides is the child's, when the
+program first imports jax (``ppy.warm.watch``): it sees every way of setting
+a variable. This one is only the early answer for the common form, a literal
+name written in the program's own file, which sends the run cold before a
+server is even asked. Variables read when the backend starts (``XLA_FLAGS``)
+are fine: the server never starts it.
 """
 
 from __future__ import annotations
@@ -20,8 +19,8 @@ from typing import Final
 
 __all__ = ["IMPORT_TIME_PREFIXES", "environment_write"]
 
-#: Variables read when jax is imported (its configuration flags).
-IMPORT_TIME_PREFIXES: Final = ("JAX_",)
+#: Variables read when jax (its configuration flags) or numpy is imported.
+IMPORT_TIME_PREFIXES: Final = ("JAX_", "NPY_")
 
 
 def environment_write(program: Path) -> str | None:
@@ -34,15 +33,10 @@ def environment_write(program: Path) -> str | None:
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 1)
         for key in _written_keys(node):
-            if key is None:
+            if key is not None and key.startswith(IMPORT_TIME_PREFIXES):
                 return (
-                    f"{program.name}:{line} sets an environment variable named at run "
-                    "time, which jax may read at import; the server imported jax already"
-                )
-            if key.startswith(IMPORT_TIME_PREFIXES):
-                return (
-                    f"{program.name}:{line} sets {key}, which jax reads when it is "
-                    "imported; the server imported jax already"
+                    f"{program.name}:{line} sets {key}, which is read when jax or numpy "
+                    "is imported; the server imported them already"
                 )
     return None
 
