@@ -18,7 +18,7 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import CodeType, FunctionType, ModuleType, TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ppy.layout import module_name
 from ppy.run.binding import BIND_NAME, Binder, BindingFinder, Binds
@@ -27,7 +27,11 @@ from ppy.runtime import ManagedRuntime, Runtime
 if TYPE_CHECKING:
     from ppy.artifact.model import Artifact
 
-__all__ = ["Program", "run_program", "safe_path", "script_filename"]
+__all__ = ["PROGRAM_STARTS", "Program", "run_program", "safe_path", "script_filename"]
+
+#: The audit event raised as the program's own code is about to run, with its
+#: file name: what ppy did before it (a build, its worker) is not the program's.
+PROGRAM_STARTS: Final = "ppy.program.start"
 
 _PPY_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -173,7 +177,11 @@ class Program:
             if bind is not None:
                 self.namespace[BIND_NAME] = bind
         # Module code as a function: no CO_OPTIMIZED, so its locals are its globals.
-        return FunctionType(self._code, self.namespace)
+        run = FunctionType(self._code, self.namespace)
+        # What runs from here on is the program's: a warm child counts what
+        # it writes and starts from this point (ppy.warm.watch).
+        sys.audit(PROGRAM_STARTS, self._filename)
+        return run
 
     def _place_folder(self) -> None:
         """``sys.path[0]`` as python sets it for the script: its real folder,

@@ -46,9 +46,10 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import CodeType, FrameType
+from types import FrameType
 from typing import Any, Final
 
+from ppy.run.program import PROGRAM_STARTS
 from ppy.warm.environment import Group, differences
 
 __all__ = [
@@ -181,7 +182,6 @@ class Watch:
         self._import_module: Callable[..., Any] = importlib.import_module
         self._checked: set[str] = set()
         self._restore: list[tuple[Any, str, Any]] = []
-        self._server_main = sys.modules.get("__main__")
         self._started = False
 
     @property
@@ -207,22 +207,18 @@ class Watch:
         sys.addaudithook(self._audit)
 
     def _audit(self, event: str, args: tuple[Any, ...]) -> None:
-        """The program's code starting (``exec`` of the code of ``__main__``'s
-        file, once ppy has put the program's module there); what it starts or
-        connects to. An audit hook stays for the process's life: once the
+        """The program's code starting (``PROGRAM_STARTS``, raised by
+        ``ppy.run.program`` once the program's module is in place); what it
+        starts or connects to. An audit hook stays for the process's life: once the
         watch is done it returns at once. It never raises into what it audits."""
         if not ACTIVITY.watching:
             return
         if event in _ACTS:
             if self._started:  # not ppy's own start-up (a build's export worker)
                 ACTIVITY.acted = True
-        elif event == "exec" and not self._started and args and isinstance(args[0], CodeType):
-            main = sys.modules.get("__main__")
-            if main is not self._server_main and args[0].co_filename == getattr(
-                main, "__file__", None
-            ):
-                self._started = True
-                ACTIVITY.start, ACTIVITY.own = written(), 0
+        elif event == PROGRAM_STARTS and not self._started:
+            self._started = True
+            ACTIVITY.start, ACTIVITY.own = written(), 0
 
     def _uninstall(self) -> None:
         ACTIVITY.watching = False
