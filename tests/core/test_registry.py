@@ -70,3 +70,37 @@ def test_a_third_party_plugin_and_runtime_are_used_by_build_and_run(
     ran = ppy("run", str(root / "hello.ppy"), **env)
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout == "HELLO WORLD!!!\n"
+
+
+XLA_PROGRAM = """\
+from ppy import xla
+
+@xla.jit
+def total(n: int) -> int:
+    s = 0
+    for k in range(n):
+        s += k
+    return s
+
+print(total(7))
+"""
+
+
+def test_loading_plugins_and_runtimes_writes_nothing_in_the_users_cache(
+    tmp_path: Path,
+    make_project: Callable[..., Path],
+    ppy: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
+    """stevedore is given the entry points as installed now: its own cache,
+    a file under ``$XDG_CACHE_HOME/python-entrypoints`` that it would import
+    from unchecked, is neither read nor written (docs/plugins.md)."""
+    user_cache = tmp_path / "user-cache"
+    env = {"XDG_CACHE_HOME": str(user_cache)}
+    root = make_project({"total.ppy": XLA_PROGRAM})
+    listed = ppy("plugins", **env)
+    assert listed.returncode == 0 and "xla.scalar" in listed.stdout, listed.stderr
+    built = ppy("build", str(root), **env)
+    assert built.returncode == 0 and "compiled" in built.stdout, built.stderr
+    ran = ppy("run", str(root / "total.ppy"), **env)
+    assert (ran.returncode, ran.stdout) == (0, "21\n"), ran.stderr
+    assert not user_cache.exists(), sorted(p.name for p in user_cache.rglob("*"))

@@ -1,22 +1,31 @@
-"""Installed plugins and runtimes, found through their entry points.
+"""Installed plugins and runtimes, loaded through their entry points with stevedore.
 
 ``ppy.plugins`` holds build-time stagers, ``ppy.runtimes`` loaders keyed by
-the entry kind they run. Anything installed that registers there is used; one
-that fails to import or to instantiate is reported and skipped, so a broken
-third-party distribution never stops a build.
+the entry kind they run. Anything installed that registers there is used;
+one that fails to import or to instantiate is reported and skipped, so a
+broken third-party distribution never stops a build or a run.
 
-``ppy run`` loads its runtimes at every start, so only the named entry
-points are loaded, straight from ``importlib.metadata`` (which jax imports
-anyway: a few milliseconds, where stevedore and its cache cost a run
-about 25), and the distribution behind each one is named only to describe it:
-for ``ppy plugins`` and in the warning about one that failed.
+stevedore loads them (``ExtensionManager``, or ``NamedExtensionManager`` for
+the names a run needs: the kinds its artifact holds, the plugins it
+records), and its load-failure callback reports and skips. The entry points
+it is given are listed by ``importlib.metadata`` as the interpreter has
+them now, not read from stevedore's own cache: that cache is a file written
+under the user's home (``~/.cache/python-entrypoints``), outside the folder
+ppy keeps private, whose contents stevedore imports without a check of who
+wrote them; it goes stale for up to two minutes after a distribution is
+reinstalled in place (it keys on modification times rounded to a 32-bit
+float); and its entry points no longer know their distribution, which ``ppy
+plugins`` and a failure's warning name. Listing costs a run about the same.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any
+
+from stevedore import ExtensionManager, NamedExtensionManager
 
 if TYPE_CHECKING:
     from ppy.plugin import Plugin
@@ -40,7 +49,7 @@ class Installed:
     """One registered entry point, loaded or not.
 
     ``distribution`` and ``version`` are None unless the registry was loaded
-    with ``describe=True`` or the entry point failed to load.
+    with ``describe=True`` or the entry point was skipped.
     """
 
     group: str
@@ -66,26 +75,62 @@ class Registry:
         return tuple(i for i in self.installed if not i.loaded)
 
 
+class _Listing:
+    """The entry points stevedore is given: the group's, as ``importlib.metadata``
+    lists them now, in name order; listed once per manager."""
+
+    namespace: str
+    _listing: list[EntryPoint] | None = None
+
+    def list_entry_points(self) -> list[EntryPoint]:
+        if self._listing is None:
+            self._listing = sorted(entry_points(group=self.namespace), key=lambda ep: ep.name)
+        return self._listing
+
+
+class _All(_Listing, ExtensionManager[Any]):
+    """Every entry point of a group."""
+
+
+class _Named(_Listing, NamedExtensionManager[Any]):
+    """The named entry points of a group."""
+
+
 def _load(
     group: str, check: type, names: Collection[str] | None = None, *, describe: bool = False
 ) -> Registry:
-    from importlib.metadata import entry_points
+    failed: dict[str, str] = {}
 
-    listed = sorted(entry_points(group=group), key=lambda ep: ep.name)
-    if names is not None:
+    def load_failed(_manager: Any, entry_point: EntryPoint, error: BaseException) -> None:
+        failed[entry_point.name] = f"{type(error).__name__}: {error}"
+
+    if names is None:
+        manager: ExtensionManager[Any] = _All(group, on_load_failure_callback=load_failed)
+    else:
         # A name with nothing installed under it is ours to report (run.unbound).
-        listed = [ep for ep in listed if ep.name in names]
+        manager = _Named(
+            group,
+            sorted(names),
+            on_load_failure_callback=load_failed,
+            on_missing_entrypoints_callback=None,
+        )
+    loaded = {extension.entry_point: extension.plugin for extension in manager.extensions}
     installed: list[Installed] = []
     by_name: dict[str, Any] = {}
-    for entry_point in listed:
+    for entry_point in manager.list_entry_points():
+        if names is not None and entry_point.name not in names:
+            continue
         obj: Any = None
-        error: str | None = None
-        try:
-            obj = entry_point.load()()
-        except Exception as failure:  # a third party's import or constructor
-            error = f"{type(failure).__name__}: {failure}"
-        if error is None and not isinstance(obj, check):
-            error = f"{type(obj).__name__} does not implement the {check.__name__} contract"
+        error = failed.get(entry_point.name)
+        if error is None and entry_point in loaded:
+            try:
+                obj = loaded[entry_point]()
+            except Exception as failure:  # a third party's constructor
+                error = f"{type(failure).__name__}: {failure}"
+            if error is None and not isinstance(obj, check):
+                error = f"{type(obj).__name__} does not implement the {check.__name__} contract"
+        elif error is None:
+            error = "stevedore did not load it"
         dist = entry_point.dist if describe or error is not None else None
         installed.append(
             Installed(
@@ -102,17 +147,22 @@ def _load(
             by_name.setdefault(entry_point.name, obj)
     for item in installed:
         if item.error is not None:
-            from ppy.log import get_logger
-
-            get_logger().warning(
-                "registry.load_failed",
-                group=group,
-                name=item.name,
-                distribution=item.distribution,
-                error=item.error,
-                remedy="reinstall or uninstall that distribution; it is skipped",
-            )
+            _report(item)
     return Registry(tuple(installed), by_name)
+
+
+def _report(item: Installed) -> None:
+    """One warning for a plugin or runtime that is skipped, and what to do."""
+    from ppy.log import get_logger
+
+    get_logger().warning(
+        "registry.load_failed",
+        group=item.group,
+        name=item.name,
+        distribution=item.distribution,
+        error=item.error,
+        remedy="reinstall or uninstall that distribution; it is skipped",
+    )
 
 
 def load_plugins(names: Collection[str] | None = None, *, describe: bool = False) -> Registry:

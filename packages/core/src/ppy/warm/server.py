@@ -363,7 +363,7 @@ def _rss() -> int:
 
 
 #: What every ``ppy run`` imports before the program starts (the runtimes
-#: come from their entry points).
+#: come from their entry points, which ``ppy.registry`` loads with stevedore).
 _RUN_PATH = (
     "jax",
     "jax.numpy",
@@ -373,6 +373,7 @@ _RUN_PATH = (
     "ppy.run.binding",
     "ppy.build.freshness",
     "ppy.log",
+    "ppy.registry",
 )
 
 
