@@ -23,6 +23,15 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return target
 
 
+@pytest.fixture(scope="module")
+def future(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder where pip installed plugins and a runtime written for other
+    versions of ppy's contracts (``ppy.plugin.CONTRACT``, ``ppy.runtime.CONTRACT``)."""
+    target = tmp_path_factory.mktemp("future")
+    pip_install_target(target, FIXTURES / "ppy-plugin-future")
+    return target
+
+
 PROGRAM = """\
 from ppy_plugin_shout import shout
 
@@ -70,6 +79,49 @@ def test_a_third_party_plugin_and_runtime_are_used_by_build_and_run(
     ran = ppy("run", str(root / "hello.ppy"), **env)
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout == "HELLO WORLD!!!\n"
+
+
+def test_a_plugin_or_runtime_written_for_another_contract_is_reported_and_skipped(
+    future: Path, ppy: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    from ppy.plugin import CONTRACT as PLUGINS
+    from ppy.runtime import CONTRACT as RUNTIMES
+
+    listed = ppy("plugins", PYTHONPATH=str(future))
+    assert listed.returncode == 0, listed.stderr
+    assert "constructed" not in listed.stdout + listed.stderr
+    speaks = f"this ppy-core speaks {PLUGINS[0]}.{PLUGINS[1]}"
+    lines = {line.split()[0]: line for line in listed.stdout.splitlines() if "future" in line}
+    assert "ppy-plugin-future 3.0.0" in lines["future"]
+    assert (
+        f"FAILED: it was written for the ppy.plugins contract 2.0; {speaks} (skipped)"
+        in lines["future"]
+    )
+    assert "FAILED: its class declares no `contract`" in lines["unversioned"]
+    assert (
+        "FAILED: it was written for the ppy.runtimes contract 1.999; this ppy-core speaks "
+        f"{RUNTIMES[0]}.{RUNTIMES[1]} (skipped)" in lines["future.kind"]
+    )
+    # ppy's own still load beside them.
+    assert "ppy-plugin-jax" in listed.stdout and "loaded" in listed.stdout
+    # Each skip is one warning, with what to do.
+    warnings = [line for line in listed.stderr.splitlines() if "registry.incompatible" in line]
+    assert len(warnings) == 3, listed.stderr
+    future_warning = next(line for line in warnings if "name=future " in line)
+    assert "distribution=ppy-plugin-future" in future_warning
+    assert "install a version of ppy-plugin-future written for contract" in future_warning
+
+
+def test_a_build_goes_on_without_a_plugin_written_for_another_contract(
+    future: Path,
+    make_project: Callable[..., Path],
+    ppy: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
+    root = make_project({"hello.ppy": 'print("hello")\n'})
+    built = ppy("build", str(root), PYTHONPATH=str(future))
+    assert built.returncode == 0, built.stderr
+    assert "registry.incompatible" in built.stderr and "name=future " in built.stderr
+    assert "constructed" not in built.stdout + built.stderr
 
 
 XLA_PROGRAM = """\

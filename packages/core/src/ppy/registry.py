@@ -2,8 +2,10 @@
 
 ``ppy.plugins`` holds build-time stagers, ``ppy.runtimes`` loaders keyed by
 the entry kind they run. Anything installed that registers there is used;
-one that fails to import or to instantiate is reported and skipped, so a
-broken third-party distribution never stops a build or a run.
+one that fails to import, was written for another version of its contract
+(``ppy.plugin.CONTRACT``, ``ppy.runtime.CONTRACT``) or fails to instantiate
+is reported and skipped, so a broken third-party distribution never stops a
+build or a run.
 
 stevedore loads them (``ExtensionManager``, or ``NamedExtensionManager`` for
 the names a run needs: the kinds its artifact holds, the plugins it
@@ -96,8 +98,35 @@ class _Named(_Listing, NamedExtensionManager[Any]):
     """The named entry points of a group."""
 
 
+def _incompatible(declared: object, supported: tuple[int, int], group: str) -> str | None:
+    """Why a plugin or runtime written for contract ``declared`` cannot be
+    used with this core's ``supported``, or None: the same major version,
+    and a minor one no newer than this core's."""
+    speaks = f"this ppy-core speaks {supported[0]}.{supported[1]}"
+    if declared is None:
+        return (
+            f"its class declares no `contract`, the version of the {group} contract it was "
+            f"written for, as `contract = (major, minor)`; {speaks}"
+        )
+    if not (
+        isinstance(declared, tuple)
+        and len(declared) == 2
+        and all(type(part) is int for part in declared)
+    ):
+        return f"its `contract` is {declared!r}, not a (major, minor) pair of ints; {speaks}"
+    major, minor = declared
+    if major != supported[0] or minor > supported[1]:
+        return f"it was written for the {group} contract {major}.{minor}; {speaks}"
+    return None
+
+
 def _load(
-    group: str, check: type, names: Collection[str] | None = None, *, describe: bool = False
+    group: str,
+    check: type,
+    supported: tuple[int, int],
+    names: Collection[str] | None = None,
+    *,
+    describe: bool = False,
 ) -> Registry:
     failed: dict[str, str] = {}
 
@@ -117,16 +146,22 @@ def _load(
     loaded = {extension.entry_point: extension.plugin for extension in manager.extensions}
     installed: list[Installed] = []
     by_name: dict[str, Any] = {}
+    incompatible: set[str] = set()
     for entry_point in manager.list_entry_points():
         if names is not None and entry_point.name not in names:
             continue
         obj: Any = None
         error = failed.get(entry_point.name)
         if error is None and entry_point in loaded:
-            try:
-                obj = loaded[entry_point]()
-            except Exception as failure:  # a third party's constructor
-                error = f"{type(failure).__name__}: {failure}"
+            cls = loaded[entry_point]
+            error = _incompatible(getattr(cls, "contract", None), supported, group)
+            if error is not None:
+                incompatible.add(entry_point.name)
+            else:
+                try:
+                    obj = cls()
+                except Exception as failure:  # a third party's constructor
+                    error = f"{type(failure).__name__}: {failure}"
             if error is None and not isinstance(obj, check):
                 error = f"{type(obj).__name__} does not implement the {check.__name__} contract"
         elif error is None:
@@ -147,14 +182,26 @@ def _load(
             by_name.setdefault(entry_point.name, obj)
     for item in installed:
         if item.error is not None:
-            _report(item)
+            _report(item, supported, incompatible=item.name in incompatible)
     return Registry(tuple(installed), by_name)
 
 
-def _report(item: Installed) -> None:
+def _report(item: Installed, supported: tuple[int, int], *, incompatible: bool) -> None:
     """One warning for a plugin or runtime that is skipped, and what to do."""
     from ppy.log import get_logger
 
+    if incompatible:
+        get_logger().warning(
+            "registry.incompatible",
+            group=item.group,
+            name=item.name,
+            distribution=item.distribution,
+            reason=item.error,
+            remedy=f"install a version of {item.distribution or 'that distribution'} written "
+            f"for contract {supported[0]}.{supported[1]} or earlier {supported[0]}.x, or the "
+            "ppy-core it was written for; it is skipped",
+        )
+        return
     get_logger().warning(
         "registry.load_failed",
         group=item.group,
@@ -171,9 +218,9 @@ def load_plugins(names: Collection[str] | None = None, *, describe: bool = False
     ``ppy run`` names the plugins its artifact records, to check their
     fingerprints; a plugin's entry-point name is its ``name``.
     """
-    from ppy.plugin import Plugin
+    from ppy.plugin import CONTRACT, Plugin
 
-    return _load(PLUGIN_GROUP, Plugin, names, describe=describe)
+    return _load(PLUGIN_GROUP, Plugin, CONTRACT, names, describe=describe)
 
 
 def installed_plugins(names: frozenset[str]) -> dict[str, Plugin]:
@@ -191,9 +238,9 @@ def load_runtimes(kinds: Collection[str] | None = None, *, describe: bool = Fals
     ``ppy run`` names the kinds its artifact holds, so a broken runtime for a
     kind it does not need is neither imported nor reported.
     """
-    from ppy.runtime import Runtime
+    from ppy.runtime import CONTRACT, Runtime
 
-    return _load(RUNTIME_GROUP, Runtime, kinds, describe=describe)
+    return _load(RUNTIME_GROUP, Runtime, CONTRACT, kinds, describe=describe)
 
 
 def by_decorator(plugins: Registry) -> dict[str, Plugin]:
