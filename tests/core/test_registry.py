@@ -156,3 +156,28 @@ def test_loading_plugins_and_runtimes_writes_nothing_in_the_users_cache(
     ran = ppy("run", str(root / "total.ppy"), **env)
     assert (ran.returncode, ran.stdout) == (0, "21\n"), ran.stderr
     assert not user_cache.exists(), sorted(p.name for p in user_cache.rglob("*"))
+
+
+def test_stevedore_loads_only_the_runtimes_a_run_names(site: Path) -> None:
+    """``ppy run`` names the kinds its artifact holds: stevedore's
+    ``NamedExtensionManager`` imports those and no other, so a broken
+    distribution registered for another group or kind costs a run nothing."""
+    code = (
+        "import sys\n"
+        "from ppy.registry import load_runtimes\n"
+        "loaded = load_runtimes({'shout.upper'})\n"
+        "print(sorted(loaded.by_name), [i.name for i in loaded.failures])\n"
+        "print(sorted(m for m in ('stevedore.named', 'ppy_plugin_shout', 'ppy_plugin_broken',"
+        " 'ppy_runtime_pjrt.export') if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(site)},
+    )
+    assert out.stdout.splitlines() == [
+        "['shout.upper'] []",
+        "['ppy_plugin_shout', 'stevedore.named']",
+    ]
