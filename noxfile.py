@@ -173,6 +173,7 @@ def lint(session: nox.Session) -> None:
         "lint-imports",
         "pyproject.toml",
         "--no-cache",
+        "--no-logo",
         env={"PYTHONPATH": os.pathsep.join(SOURCES)},
     )
 

@@ -50,8 +50,13 @@ def test_plugins_lists_installed_distributions_and_skips_a_broken_one(
     assert result.returncode == 0, result.stderr
     assert "ppy-plugin-shout 1.2.3" in result.stdout
     assert "ppy-plugin-jax" in result.stdout
-    lines = [line for line in result.stdout.splitlines() if "broken" in line]
+    lines = [line for line in result.stdout.splitlines() if line.split()[0] == "broken"]
     assert lines and "FAILED" in lines[0] and "a_module_that_is_not_installed" in lines[0]
+    # An import that fails an assert is a failure like any other (stevedore
+    # itself lets AssertionError through).
+    asserting = [line for line in result.stdout.splitlines() if line.split()[0] == "asserting"]
+    assert asserting and "FAILED: AssertionError: this plugin needs Python 4" in asserting[0]
+    assert "Traceback" not in result.stderr
 
 
 def test_a_third_party_plugin_and_runtime_are_used_by_build_and_run(

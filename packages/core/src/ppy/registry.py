@@ -77,6 +77,29 @@ class Registry:
         return tuple(i for i in self.installed if not i.loaded)
 
 
+class _AssertionFailed(Exception):
+    """An entry point's import failed an ``assert``: carried past stevedore,
+    which lets AssertionError through, to its load-failure callback."""
+
+
+class _Guarded(EntryPoint):
+    """An entry point whose import failing an ``assert`` (a plugin written for
+    another Python, say) is reported and skipped like any other failure."""
+
+    def load(self) -> Any:
+        try:
+            return super().load()
+        except AssertionError as error:
+            raise _AssertionFailed() from error
+
+
+def _guarded(entry_point: EntryPoint) -> EntryPoint:
+    guarded = _Guarded(entry_point.name, entry_point.value, entry_point.group)
+    # As importlib.metadata sets it: EntryPoint refuses attribute assignment.
+    vars(guarded).update(dist=entry_point.dist)
+    return guarded
+
+
 class _Listing:
     """The entry points stevedore is given: the group's, as ``importlib.metadata``
     lists them now, in name order; listed once per manager."""
@@ -86,7 +109,8 @@ class _Listing:
 
     def list_entry_points(self) -> list[EntryPoint]:
         if self._listing is None:
-            self._listing = sorted(entry_points(group=self.namespace), key=lambda ep: ep.name)
+            listed = sorted(entry_points(group=self.namespace), key=lambda ep: ep.name)
+            self._listing = [_guarded(entry_point) for entry_point in listed]
         return self._listing
 
 
@@ -131,6 +155,8 @@ def _load(
     failed: dict[str, str] = {}
 
     def load_failed(_manager: Any, entry_point: EntryPoint, error: BaseException) -> None:
+        if isinstance(error, _AssertionFailed) and error.__cause__ is not None:
+            error = error.__cause__
         failed[entry_point.name] = f"{type(error).__name__}: {error}"
 
     if names is None:
