@@ -114,7 +114,10 @@ def test_a_plugin_or_runtime_written_for_another_contract_is_reported_and_skippe
     assert len(warnings) == 3, listed.stderr
     future_warning = next(line for line in warnings if "name=future " in line)
     assert "distribution=ppy-plugin-future" in future_warning
-    assert "install a version of ppy-plugin-future written for contract" in future_warning
+    assert (
+        "install a version of ppy-plugin-future written for the ppy.plugins contract "
+        f"{PLUGINS[0]}.x (at most {PLUGINS[0]}.{PLUGINS[1]})" in future_warning
+    )
 
 
 def test_a_build_goes_on_without_a_plugin_written_for_another_contract(

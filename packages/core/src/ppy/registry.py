@@ -144,6 +144,23 @@ def _incompatible(declared: object, supported: tuple[int, int], group: str) -> s
     return None
 
 
+def _construct(
+    cls: Any, check: type, supported: tuple[int, int], group: str
+) -> tuple[Any, str | None, bool]:
+    """The loaded class's instance, or why there is none, and whether that is
+    its contract's version (read before anything of it runs)."""
+    incompatible = _incompatible(getattr(cls, "contract", None), supported, group)
+    if incompatible is not None:
+        return None, incompatible, True
+    try:
+        obj = cls()
+    except Exception as failure:  # a third party's constructor
+        return None, f"{type(failure).__name__}: {failure}", False
+    if not isinstance(obj, check):
+        return None, f"{type(obj).__name__} does not implement the {check.__name__} contract", False
+    return obj, None, False
+
+
 def _load(
     group: str,
     check: type,
@@ -152,12 +169,12 @@ def _load(
     *,
     describe: bool = False,
 ) -> Registry:
-    failed: dict[str, str] = {}
+    failed: dict[EntryPoint, str] = {}
 
     def load_failed(_manager: Any, entry_point: EntryPoint, error: BaseException) -> None:
         if isinstance(error, _AssertionFailed) and error.__cause__ is not None:
             error = error.__cause__
-        failed[entry_point.name] = f"{type(error).__name__}: {error}"
+        failed[entry_point] = f"{type(error).__name__}: {error}"
 
     if names is None:
         manager: ExtensionManager[Any] = _All(group, on_load_failure_callback=load_failed)
@@ -172,43 +189,29 @@ def _load(
     loaded = {extension.entry_point: extension.plugin for extension in manager.extensions}
     installed: list[Installed] = []
     by_name: dict[str, Any] = {}
-    incompatible: set[str] = set()
     for entry_point in manager.list_entry_points():
         if names is not None and entry_point.name not in names:
             continue
         obj: Any = None
-        error = failed.get(entry_point.name)
-        if error is None and entry_point in loaded:
-            cls = loaded[entry_point]
-            error = _incompatible(getattr(cls, "contract", None), supported, group)
-            if error is not None:
-                incompatible.add(entry_point.name)
-            else:
-                try:
-                    obj = cls()
-                except Exception as failure:  # a third party's constructor
-                    error = f"{type(failure).__name__}: {failure}"
-            if error is None and not isinstance(obj, check):
-                error = f"{type(obj).__name__} does not implement the {check.__name__} contract"
-        elif error is None:
-            error = "stevedore did not load it"
+        error: str | None = failed.get(entry_point, "not loaded")
+        incompatible = False
+        if entry_point in loaded:
+            obj, error, incompatible = _construct(loaded[entry_point], check, supported, group)
         dist = entry_point.dist if describe or error is not None else None
-        installed.append(
-            Installed(
-                group,
-                entry_point.name,
-                entry_point.value,
-                dist.name if dist is not None else None,
-                dist.version if dist is not None else None,
-                obj if error is None else None,
-                error,
-            )
+        item = Installed(
+            group,
+            entry_point.name,
+            entry_point.value,
+            dist.name if dist is not None else None,
+            dist.version if dist is not None else None,
+            obj,
+            error,
         )
+        installed.append(item)
         if error is None:
             by_name.setdefault(entry_point.name, obj)
-    for item in installed:
-        if item.error is not None:
-            _report(item, supported, incompatible=item.name in incompatible)
+        else:
+            _report(item, supported, incompatible=incompatible)
     return Registry(tuple(installed), by_name)
 
 
@@ -217,6 +220,7 @@ def _report(item: Installed, supported: tuple[int, int], *, incompatible: bool) 
     from ppy.log import get_logger
 
     if incompatible:
+        major, minor = supported
         get_logger().warning(
             "registry.incompatible",
             group=item.group,
@@ -224,8 +228,8 @@ def _report(item: Installed, supported: tuple[int, int], *, incompatible: bool) 
             distribution=item.distribution,
             reason=item.error,
             remedy=f"install a version of {item.distribution or 'that distribution'} written "
-            f"for contract {supported[0]}.{supported[1]} or earlier {supported[0]}.x, or the "
-            "ppy-core it was written for; it is skipped",
+            f"for the {item.group} contract {major}.x (at most {major}.{minor}), or the ppy-core "
+            "it was written for; it is skipped",
         )
         return
     get_logger().warning(
