@@ -3,7 +3,9 @@
 - tests: the whole pytest suite against the four distributions, on each
   Python in ``PYTHONS`` (pip gives 3.11 jax 0.10, and 3.12+ jax 0.12), on two
   pytest-xdist workers (``XDIST``).
-- lint: ruff.
+- lint: ruff, and the import contract (import-linter, ``[tool.importlinter]``
+  in the root pyproject.toml): plugins and runtimes reach core only through
+  ``ppy.plugin``, ``ppy.runtime`` and ``ppy.kinds``.
 - typecheck: mypy, strict on the four distributions and the example plugin.
 - runtime_only: a venv with only ppy-core and ppy-runtime-pjrt runs an artifact
   built in another venv, on each Python in ``PYTHONS``.
@@ -93,7 +95,15 @@ MODEL_LIBRARIES = ("flax", "optax", "equinox", "jaxtyping", "beartype")
 
 #: What the tests need besides ppy; pip and setuptools: tests install fixture
 #: plugins with pip's --target, without build isolation (a uv venv has no pip).
-TEST_TOOLS = ("pytest", "pytest-xdist", "hypothesis", "pip", "setuptools>=68")
+#: import-linter: tests/architecture runs the import contract as lint does.
+TEST_TOOLS = (
+    "pytest",
+    "pytest-xdist",
+    "hypothesis",
+    "pip",
+    "setuptools>=68",
+    "import-linter>=2.17",
+)
 #: Two workers, one a core: the tests mostly wait on ``ppy`` and ``python``
 #: subprocesses, and two keep both cores busy. ``loadfile`` sends a whole file
 #: to one worker, so a module-scoped build is made once, and each worker builds
@@ -104,6 +114,7 @@ XDIST = ("-n", "2", "--dist", "loadfile")
 #: against ``ppy run``): ``quick`` runs these, less the ``models`` tests.
 QUICK = (
     "tests/core",
+    "tests/architecture",
     "tests/plugin_jax",
     "tests/plugin_xla",
     "tests/runtime_pjrt",
@@ -141,17 +152,30 @@ def quick(session: nox.Session) -> None:
     session.run("pytest", *XDIST, "-m", "not models", *QUICK, *session.posargs)
 
 
-@nox.session(python=PYTHON)
-def lint(session: nox.Session) -> None:
-    session.install("ruff")
-    session.run(
-        "ruff", "check", "packages", "tests", "benchmarks", "examples", "docs", "noxfile.py"
-    )
-
-
 #: What mypy checks, strictly: the four distributions and the example plugin,
 #: whose conformance lines (``_: type[Plugin] = ...``) check the contracts.
 TYPED = [f"{package}/src" for package in PACKAGES] + ["examples/third_party_plugin/src"]
+
+
+#: Where ``lint-imports`` finds the packages its contract names (grimp reads
+#: their source and imports none of them, so none is installed), and the
+#: repository root, for the contract's type (tests/architecture/surface.py).
+SOURCES = [".", *TYPED]
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    session.install("ruff", "import-linter>=2.17")
+    session.run(
+        "ruff", "check", "packages", "tests", "benchmarks", "examples", "docs", "noxfile.py"
+    )
+    session.run(
+        "lint-imports",
+        "pyproject.toml",
+        "--no-cache",
+        "--no-logo",
+        env={"PYTHONPATH": os.pathsep.join(SOURCES)},
+    )
 
 
 @nox.session(python=PYTHON)

@@ -62,7 +62,7 @@ export PATH="$VENV/bin:$PATH" PYTHONUNBUFFERED=1
 # Checks that import jax and start no backend take the CPU all the same: a
 # helper never holds the chip.
 JAX_PLATFORMS=cpu python - <<'PY' || exit 1
-import jax, jaxlib, ppy, ppy_plugin_jax, ppy_runtime_pjrt, structlog
+import jax, jaxlib, ppy, ppy_plugin_jax, ppy_runtime_pjrt, stevedore, structlog
 print("jax", jax.__version__, "jaxlib", jaxlib.__version__, "ppy", ppy.__version__)
 PY
 

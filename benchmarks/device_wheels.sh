@@ -21,11 +21,12 @@ rm -rf "$WHEELS"
 mkdir "$WHEELS"
 python3 -m pip wheel -q --no-deps -w "$WHEELS" \
     ./packages/core ./packages/plugin-jax ./packages/plugin-xla ./packages/runtime-pjrt
-# ppy-core needs structlog; ppy-plugin-jax and ppy-runtime-pjrt need flatbuffers
-# (both pure Python, with no dependency of their own on Python 3.11).
+# ppy-core needs structlog and stevedore; ppy-plugin-jax and ppy-runtime-pjrt
+# need flatbuffers (all pure Python, with no dependency of their own on Python
+# 3.11: stevedore has needed pbr only to build it since 5.5).
 python3 -m pip download -q --no-deps --only-binary=:all: \
     --python-version "$PYTHON_VERSION" --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
-    -d "$WHEELS" "structlog>=24" flatbuffers
+    -d "$WHEELS" "structlog>=24" "stevedore>=5.6" flatbuffers
 ls -1 "$WHEELS"
 du -sh "$WHEELS"

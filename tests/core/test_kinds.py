@@ -319,7 +319,9 @@ def _constants(sources: Sources) -> list[Constant]:
                 continue
             targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
             for target, value in _pairs(targets, statement.value):
-                if target.id == "__all__":
+                # A plugin's or runtime's ``contract``: the version of core's
+                # contract it was written for, which each states on its own.
+                if target.id in ("__all__", "contract"):
                     continue
                 try:
                     text = repr(_literal(value))

@@ -20,6 +20,24 @@ def test_import_ppy_loads_no_heavy_dependency() -> None:
     assert out.stdout.strip() == "[]"
 
 
+def test_no_module_of_core_imports_jax_as_it_is_imported() -> None:
+    """Core imports jax only inside the functions that run where the program
+    has imported it (``ppy.kinds.dispatch``, recording): a module of core
+    that imported it at its top would put jax's start-up on every command,
+    and ahead of a program that sets ``JAX_ENABLE_X64`` before its own import."""
+    code = (
+        "import importlib, pkgutil, sys, ppy\n"
+        "names = [m.name for m in pkgutil.walk_packages(ppy.__path__, 'ppy.')]\n"
+        "names = [n for n in names if n != 'ppy.__main__']\n"
+        "for name in names: importlib.import_module(name)\n"
+        "print(len(names), sorted(m for m in ('jax', 'jaxlib', 'numpy', 'ml_dtypes') "
+        "if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    count, loaded = out.stdout.split(" ", 1)
+    assert int(count) > 50 and loaded.strip() == "[]"
+
+
 def test_shape_keeps_ints_and_symbolic_dims() -> None:
     assert ppy.Shape("B", 4).dims == ("B", 4)
     assert ppy.Shape("2*B", "max(B, 1)", 0).dims == ("2*B", "max(B, 1)", 0)

@@ -39,6 +39,7 @@ class FakePlugin:
         )
     )
     version: str = "0"
+    contract: tuple[int, int] = (1, 0)
     own_checks: Sequence[Check] = ()
 
     def validate_settings(self, table: Mapping[str, Any], path: str) -> Mapping[str, Any]:

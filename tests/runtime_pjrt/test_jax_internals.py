@@ -139,7 +139,7 @@ def test_a_loaded_executable_can_leave_its_outputs_uncommitted() -> None:
 
 
 def test_the_dispatcher_caches_by_signature_and_trace_context() -> None:
-    from ppy.run.dispatch import dispatcher
+    from ppy.kinds.dispatch import dispatcher
 
     compiled = jax.jit(lambda x: x * 2).lower(jnp.ones((3,), jnp.float32)).compile()
     served = fast_call(compiled)

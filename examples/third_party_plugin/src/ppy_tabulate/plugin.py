@@ -65,6 +65,8 @@ class TabulatePlugin:
     name = "tabulate"
     kind = "tabulate.table"
     verb = "tabulated"
+    #: The version of ``ppy.plugin``'s contract it was written for (``ppy.plugin.CONTRACT``).
+    contract = (1, 0)
     decorators = frozenset({DECORATOR})
     requirements = Requirements(build_execution=True, permission="allow-tabulate")
     version = "0.1.0"

@@ -16,6 +16,9 @@ __all__ = ["TableRuntime"]
 
 
 class TableRuntime:
+    #: The version of ``ppy.runtime``'s contract it was written for (``ppy.runtime.CONTRACT``).
+    contract = (1, 0)
+
     def bind(self, entry: Entry, original: Callable[..., Any]) -> Callable[..., Any]:
         try:
             table = json.loads(entry.payload["table"])

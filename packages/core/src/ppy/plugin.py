@@ -7,36 +7,47 @@ its own, and turns allowed functions into ``Entry`` records. Core never
 imports a plugin's dependencies, and a plugin must not import heavy
 dependencies (jax) at import time: ``ppy build`` loads every plugin.
 
-This module is the whole surface a plugin needs; docs/plugins.md documents
-it. The records and helpers it re-exports from their own modules (``Check``,
-``Entry``, ``TensorSpec``, ``FunctionInfo``, ``ModuleInfo``, ``Setting``,
-``validate_table``, ``ConfigError``) are loaded on first use, since ``ppy
-run`` imports this module at every start and needs none of them.
+This module and the kinds contracts (``ppy.kinds``) are the whole surface a
+plugin reaches core through; docs/plugins.md documents it, and an import
+contract (``nox -s lint``) holds ppy's own plugins to it. A plugin declares
+the ``CONTRACT`` it was written for as its ``contract``; the registry skips,
+with a line, one written for another major version. The records and helpers
+it re-exports from their own modules (``Check``, ``Entry``, ``TensorSpec``,
+``FunctionInfo``, ``ModuleInfo``, ``Setting``, ``validate_table``,
+``ConfigError``, ...) are loaded on first use, since ``ppy run`` imports
+this module at every start and needs none of them.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from ppy.annotations import format_like_axes
     from ppy.artifact.entry import Entry
     from ppy.config import Setting, validate_table
     from ppy.decision import Check
-    from ppy.discovery.records import FunctionInfo, ModuleInfo
+    from ppy.discovery.module import discover_module
+    from ppy.discovery.records import ClassInfo, FunctionInfo, ModuleInfo, Parameter
     from ppy.errors import ConfigError
-    from ppy.spec import TensorSpec
+    from ppy.spec import AXIS_TYPES, Axis, MeshSpec, TensorSpec
 
 __all__ = [
+    "AXIS_TYPES",
+    "CONTRACT",
     "KNOWN_DECORATORS",
+    "Axis",
     "Check",
+    "ClassInfo",
     "ConfigError",
     "Entry",
     "FunctionInfo",
+    "MeshSpec",
     "ModuleInfo",
+    "Parameter",
     "Plugin",
     "Requirements",
     "Setting",
@@ -44,25 +55,43 @@ __all__ = [
     "StageRequest",
     "StageTarget",
     "TensorSpec",
+    "discover_module",
+    "format_like_axes",
     "validate_table",
 ]
 
+#: The version of this contract: (major, minor). A minor version adds to it
+#: and breaks no plugin written for an earlier one of the same major; a major
+#: version changes what a plugin is given or must do. A plugin sets
+#: ``contract`` to the version it was written for (a literal, not this name).
+CONTRACT: tuple[int, int] = (1, 0)
+
 #: Where each re-exported name lives; imported when the name is first used.
 _REEXPORTED: Mapping[str, str] = {
+    "AXIS_TYPES": "ppy.spec",
+    "Axis": "ppy.spec",
     "Check": "ppy.decision",
+    "ClassInfo": "ppy.discovery.records",
     "ConfigError": "ppy.errors",
     "Entry": "ppy.artifact.entry",
     "FunctionInfo": "ppy.discovery.records",
+    "MeshSpec": "ppy.spec",
     "ModuleInfo": "ppy.discovery.records",
+    "Parameter": "ppy.discovery.records",
     "Setting": "ppy.config",
     "TensorSpec": "ppy.spec",
+    "discover_module": "ppy.discovery.module",
+    "format_like_axes": "ppy.annotations",
     "validate_table": "ppy.config",
 }
 
 
 def __getattr__(name: str) -> object:
     if name in _REEXPORTED:
-        return getattr(importlib.import_module(_REEXPORTED[name]), name)
+        # __import__, not importlib.import_module: an import through the
+        # import statement's path shows in ``python -X importtime`` and in
+        # ``ppy doctor``'s import report, where the run's cost is read.
+        return getattr(__import__(_REEXPORTED[name], fromlist=[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -134,6 +163,8 @@ class Plugin(Protocol):
     kind: str
     #: The word a build line uses for a staged function: "exported", "compiled".
     verb: str
+    #: The ``CONTRACT`` this plugin was written for: ``(1, 0)``.
+    contract: tuple[int, int]
     decorators: frozenset[str]
     requirements: Requirements
     version: str

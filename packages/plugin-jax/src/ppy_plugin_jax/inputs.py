@@ -33,8 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ppy.discovery.records import ClassInfo, Parameter
-from ppy.spec import Axis
+from ppy.plugin import Axis, ClassInfo, Parameter
 
 __all__ = ["Abstract", "Undescribed", "abstract", "describe"]
 
@@ -420,7 +419,7 @@ class _Marking:
     """
 
     def __init__(self, name: str, axes: list[tuple[int, str]], where: str) -> None:
-        from ppy.annotations import format_like_axes
+        from ppy.plugin import format_like_axes
 
         self.axes = axes
         self.where = where
@@ -491,6 +490,6 @@ def _metadata(value: Any) -> Any:
 
 @lru_cache(maxsize=64)
 def _classes(root: str, path: str) -> dict[str, ClassInfo]:
-    from ppy.discovery.module import discover_module
+    from ppy.plugin import discover_module
 
     return discover_module(Path(root), Path(path)).classes

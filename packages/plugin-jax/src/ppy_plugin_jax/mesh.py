@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ppy.spec import Axis, MeshSpec
+from ppy.plugin import Axis, MeshSpec
 
 __all__ = ["Unplaced", "abstract_mesh", "axis_names", "out_shardings", "place", "scaled", "spec_of"]
 

@@ -13,17 +13,12 @@ from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, Final
 
-from ppy.config import Setting, validate_table
-from ppy.decision import Check
 from ppy.kinds.fingerprint import DEFAULT_LIMIT
 from ppy.kinds.jax_export import JaxExport
-from ppy.plugin import Plugin, Requirements
-from ppy.spec import AXIS_TYPES, MeshSpec
+from ppy.plugin import AXIS_TYPES, Check, MeshSpec, Plugin, Requirements, Setting, validate_table
 
 if TYPE_CHECKING:
-    from ppy.artifact.entry import Entry
-    from ppy.discovery.records import FunctionInfo, ModuleInfo
-    from ppy.plugin import StageFailure, StageRequest
+    from ppy.plugin import Entry, FunctionInfo, ModuleInfo, StageFailure, StageRequest
 
 __all__ = ["PLATFORMS", "SETTINGS", "JaxExportPlugin"]
 
@@ -130,6 +125,8 @@ class JaxExportPlugin:
     name = "jax"
     kind = JaxExport.KIND
     verb = "exported"
+    #: The ``ppy.plugin.CONTRACT`` it was written for.
+    contract = (1, 0)
     decorators = frozenset({"jax.jit"})
     requirements = Requirements(
         build_execution=True,
@@ -144,7 +141,7 @@ class JaxExportPlugin:
         self.version = _version("ppy-plugin-jax")
 
     def validate_settings(self, table: Mapping[str, Any], path: str) -> Mapping[str, Any]:
-        from ppy.errors import ConfigError
+        from ppy.plugin import ConfigError
 
         settings = validate_table(table, SETTINGS, path=path, prefix="tool.ppy.plugins.jax")
         platforms = settings["platforms"]
@@ -192,7 +189,7 @@ class JaxExportPlugin:
 
 def _mesh(axes: Mapping[str, Any] | None, types: Any, path: str) -> MeshSpec | None:
     """``mesh`` and ``mesh-axis-types`` as one ``MeshSpec``, or ConfigError saying what is wrong."""
-    from ppy.errors import ConfigError
+    from ppy.plugin import ConfigError
 
     key = "tool.ppy.plugins.jax.mesh"
     if axes is None:
@@ -253,7 +250,7 @@ _CONSTRAINT = re.compile(r"[\w\s+*()\-,]+(>=|<=|==)[\w\s+*()\-,]+", re.ASCII)
 def _constraints(value: Any, path: str) -> list[str]:
     """``constraints`` as a list of ``e1 >= e2``, ``e1 <= e2`` or ``e1 == e2``
     (jax parses the expressions when it exports), or ConfigError."""
-    from ppy.errors import ConfigError
+    from ppy.plugin import ConfigError
 
     if value is None:
         return []

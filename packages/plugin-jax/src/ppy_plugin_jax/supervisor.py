@@ -29,11 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from ppy.artifact.entry import Entry
 from ppy.kinds.fingerprint import DEFAULT_LIMIT
 from ppy.kinds.jax_export import JaxExport
-from ppy.plugin import Check, StageFailure, StageRequest, StageTarget
-from ppy.spec import MeshSpec
+from ppy.plugin import Check, Entry, MeshSpec, StageFailure, StageRequest, StageTarget
 
 from ppy_plugin_jax.inputs import describe
 

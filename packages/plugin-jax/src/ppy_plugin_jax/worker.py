@@ -40,7 +40,7 @@ from typing import IO, TYPE_CHECKING, Any, Final
 from ppy_plugin_jax.watchdog import Watchdog, high_copy
 
 if TYPE_CHECKING:
-    from ppy.spec import MeshSpec
+    from ppy.plugin import MeshSpec
 
     from ppy_plugin_jax.dependence import Use
     from ppy_plugin_jax.inputs import Abstract
@@ -344,7 +344,7 @@ def _inputs(
     import jax
     from ppy.kinds.fingerprint import Unreadable, traced_function
     from ppy.kinds.pytrees import structure
-    from ppy.spec import MeshSpec
+    from ppy.plugin import MeshSpec
 
     from ppy_plugin_jax.inputs import Undescribed, abstract
     from ppy_plugin_jax.mesh import Unplaced, place
@@ -633,7 +633,7 @@ def _variant(
     from jax import export
     from ppy.kinds.jax_export import Variant
     from ppy.kinds.pytrees import Unrebuildable, recipe
-    from ppy.spec import TensorSpec
+    from ppy.plugin import TensorSpec
 
     from ppy_plugin_jax.dependence import watched
     from ppy_plugin_jax.mesh import out_shardings, spec_of

@@ -14,12 +14,20 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from ppy.artifact.entry import Entry
-from ppy.decision import Check
-from ppy.discovery.records import FunctionInfo, ModuleInfo
 from ppy.kinds.xla_scalar import SCALAR_DTYPES, XlaScalar
-from ppy.plugin import Plugin, Requirements, Setting, StageFailure, StageRequest, validate_table
-from ppy.spec import TensorSpec
+from ppy.plugin import (
+    Check,
+    Entry,
+    FunctionInfo,
+    ModuleInfo,
+    Plugin,
+    Requirements,
+    Setting,
+    StageFailure,
+    StageRequest,
+    TensorSpec,
+    validate_table,
+)
 
 from ppy_plugin_xla import __version__
 from ppy_plugin_xla.errors import CompileError
@@ -93,6 +101,8 @@ class XlaScalarPlugin:
     name = "xla"
     kind = XlaScalar.KIND
     verb = "compiled"
+    #: The ``ppy.plugin.CONTRACT`` it was written for.
+    contract = (1, 0)
     decorators = frozenset({DECORATOR})
     requirements = Requirements(build_execution=False)
     version = __version__

@@ -28,7 +28,7 @@ import queue
 import threading
 from collections.abc import Callable
 
-from ppy.log import Held
+from ppy.runtime import Held
 
 __all__ = ["drain", "later"]
 
@@ -65,13 +65,13 @@ def drain() -> None:
         said = _said[:]
         del _said[:]
     if said:
-        from ppy.log import show
+        from ppy.runtime import show
 
         show(said)
 
 
 def _work(pending: queue.Queue[Callable[[], None]]) -> None:
-    from ppy.log import get_logger, holding
+    from ppy.runtime import get_logger, holding
 
     held: list[Held] = []
     holding(held)

@@ -32,7 +32,7 @@ from typing import Any
 
 import jax
 from jax.experimental import serialize_executable
-from ppy.cache import ExecutableCache, executable_key
+from ppy.runtime import ExecutableCache, executable_key
 
 from ppy_runtime_pjrt import behind, pickled, unstaged
 from ppy_runtime_pjrt.guard import Signature
@@ -205,7 +205,7 @@ class Executables:
         try:
             data, _, _ = serialize_executable.serialize(compiled)
         except (ValueError, NotImplementedError) as error:
-            from ppy.log import get_logger
+            from ppy.runtime import get_logger
 
             get_logger().info(
                 "cache.skip",

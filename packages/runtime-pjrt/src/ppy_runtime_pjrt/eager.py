@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ppy.cache import ExecutableCache
+from ppy.runtime import ExecutableCache
 
 from ppy_runtime_pjrt import behind
 
@@ -133,7 +133,7 @@ def _wrapped(original: Callable[..., Any], steps_aside: Callable[[], bool]) -> C
 
 
 def _log() -> Any:
-    from ppy.log import get_logger
+    from ppy.runtime import get_logger
 
     return get_logger()
 

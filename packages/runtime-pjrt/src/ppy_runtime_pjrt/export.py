@@ -24,13 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ppy.artifact.entry import Entry
 from ppy.kinds.base import KindError
 from ppy.kinds.fingerprint import Unreadable, python_function
 from ppy.kinds.jax_compat import outside_window
 from ppy.kinds.jax_export import JaxExport, Variant
 from ppy.kinds.pytrees import Unrebuildable, rebuild, structure
-from ppy.runtime import ManagedRuntime, NotBound
+from ppy.runtime import Entry, ManagedRuntime, NotBound, RunContext
 
 from ppy_runtime_pjrt import unstaged
 from ppy_runtime_pjrt.calls import Bound, Calls
@@ -45,13 +44,13 @@ __all__ = ["CallStats", "ExportRuntime", "StagedFunction"]
 
 
 def _log() -> Any:
-    from ppy.log import get_logger
+    from ppy.runtime import get_logger
 
     return get_logger()
 
 
 def _verbose() -> bool:
-    from ppy.log import verbose
+    from ppy.runtime import verbose
 
     return verbose()
 
@@ -164,7 +163,7 @@ class StagedFunction:
     """The state behind one bound function: its variants, conditions, executables and stats.
 
     What is bound in the original's place is ``StagedFunction.callable()``:
-    a dispatcher of jax's own (``ppy.run.dispatch``), the C++ function a
+    a dispatcher of jax's own (``ppy.kinds.dispatch``), the C++ function a
     jitted call goes through, with ``miss`` as what it calls for any call it
     has not cached. jax keys that cache by each argument's pytree structure,
     type, shape, dtype, weak type, sharding and commitment, by the static
@@ -211,7 +210,7 @@ class StagedFunction:
 
     def callable(self) -> Callable[..., Any]:
         """The function to bind in the original's place."""
-        from ppy.run.dispatch import dispatcher, dress
+        from ppy.kinds.dispatch import dispatcher, dress
 
         function = python_function(self.original) or self.original
         # Under jax.disable_jit the dispatcher calls ``function``, as jit does.
@@ -311,7 +310,7 @@ class StagedFunction:
         is cached, so every call comes here and is logged with its path.
 
         What the call raises reaches the program without this runtime's
-        frames (``ppy.run.dispatch.hide_own_frames``), as a jitted call's
+        frames (``ppy.kinds.dispatch.hide_own_frames``), as a jitted call's
         error reaches it without jax's.
         """
         route = self.route(args, kwargs)
@@ -329,7 +328,7 @@ class StagedFunction:
                 return route.call(*route.args, **route.kwargs), None, False
             return jax_miss(*route.args, **route.kwargs)  # type: ignore[no-any-return]  # jax's own
         except BaseException as error:
-            from ppy.run.dispatch import hide_own_frames
+            from ppy.kinds.dispatch import hide_own_frames
 
             hide_own_frames(error)
             raise
@@ -539,6 +538,9 @@ def _check_description(variant: Variant, exported: Any) -> None:
 class ExportRuntime:
     """Loads ``jax.export`` entries (registered under ``ppy.runtimes``)."""
 
+    #: The ``ppy.runtime.CONTRACT`` it was written for.
+    contract = (1, 0)
+
     def __init__(self, cache: Any = None) -> None:
         # None: the per-user cache, created on first use; False: no disk cache.
         self._cache = cache
@@ -553,13 +555,11 @@ class ExportRuntime:
         """The program has ended: jax's compile step is its own again."""
         unstaged.uninstall()
 
-    def start(self) -> None:
+    def start(self, run: RunContext) -> None:
         """The program is about to run: once it imports jax, its compiles go
         through ppy's cache, whether or not anything is bound (a program with
         nothing staged is never slower than python)."""
-        from ppy.run.imports import after_import
-
-        after_import("jax", self._cache_compiles)
+        run.after_import("jax", self._cache_compiles)
 
     def _cache_compiles(self) -> None:
         cache = self._executable_cache()
@@ -567,14 +567,14 @@ class ExportRuntime:
             unstaged.install(cache.unstaged())
 
     def _executable_cache(self) -> Any:
-        from ppy.cache import ExecutableCache
+        from ppy.runtime import ExecutableCache
 
         if self._cache is None:
             self._cache = ExecutableCache()
         return self._cache or None
 
     def bind(self, entry: Entry, original: Callable[..., Any]) -> Callable[..., Any]:
-        from ppy.cache import ExecutableCache
+        from ppy.runtime import ExecutableCache
 
         from ppy_runtime_pjrt.compile import Executables
 

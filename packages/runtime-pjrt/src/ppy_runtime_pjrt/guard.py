@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ppy.spec import WEAK_SCALARS, TensorSpec
+from ppy.runtime import WEAK_SCALARS, TensorSpec
 
 from ppy_runtime_pjrt.dims import DimExpr, Unfit, Use, parse_dim, solve
 

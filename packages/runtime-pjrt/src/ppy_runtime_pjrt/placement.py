@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ppy.spec import Axis, MeshSpec, TensorSpec
+from ppy.runtime import Axis, MeshSpec, TensorSpec
 
 from ppy_runtime_pjrt.guard import Fallback
 

@@ -17,10 +17,9 @@ import functools
 from collections.abc import Callable
 from typing import Any, cast
 
-from ppy.artifact.entry import Entry
 from ppy.kinds.base import KindError
 from ppy.kinds.xla_scalar import INT64_MAX, INT64_MIN, MIN_NORMAL_FLOAT64, XlaScalar
-from ppy.runtime import NotBound, Runtime
+from ppy.runtime import Entry, NotBound, Runtime
 
 from ppy_runtime_pjrt.guard import type_name
 from ppy_runtime_pjrt.reads import Reads
@@ -37,7 +36,7 @@ _FLAGGED = (
 
 
 def _log() -> Any:
-    from ppy.log import get_logger
+    from ppy.runtime import get_logger
 
     return get_logger()
 
@@ -176,6 +175,9 @@ class LoggedScalar(StagedScalar):
 class ScalarRuntime:
     """Loads ``xla.scalar`` entries."""
 
+    #: The ``ppy.runtime.CONTRACT`` it was written for.
+    contract = (1, 0)
+
     def bind(self, entry: Entry, original: Callable[..., Any]) -> Callable[..., Any]:
         try:
             contract = XlaScalar.read(entry)
@@ -183,7 +185,7 @@ class ScalarRuntime:
             raise NotBound(str(error)) from error
         if "cpu" not in entry.platforms:
             raise NotBound(f"staged for {', '.join(entry.platforms)}, this runtime runs cpu")
-        from ppy.log import verbose
+        from ppy.runtime import verbose
 
         staged = LoggedScalar if verbose() else StagedScalar
         return staged(entry, contract, original)

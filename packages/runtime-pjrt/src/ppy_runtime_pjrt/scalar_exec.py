@@ -27,8 +27,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ppy.cache import ExecutableCache, executable_key
 from ppy.kinds.xla_scalar import SCALAR_DTYPES, XlaScalar
+from ppy.runtime import ExecutableCache, executable_key
 
 __all__ = ["ScalarExecutable", "compile_options"]
 
@@ -52,7 +52,7 @@ def compile_options() -> Any:
 
 
 def _log() -> Any:
-    from ppy.log import get_logger
+    from ppy.runtime import get_logger
 
     return get_logger()
 

@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ppy.cache import ExecutableCache
+from ppy.runtime import ExecutableCache
 
 from ppy_runtime_pjrt import behind, eager
 
@@ -52,7 +52,7 @@ _said: dict[str, str] = {}
 
 
 def _log() -> Any:
-    from ppy.log import get_logger
+    from ppy.runtime import get_logger
 
     return get_logger()
 

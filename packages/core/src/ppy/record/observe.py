@@ -123,7 +123,7 @@ class Recorder:
 
 
 def _recorded(original: Any, notes: _Notes) -> Any:
-    """``original`` as jit's own kind of object (``ppy.run.dispatch``),
+    """``original`` as jit's own kind of object (``ppy.kinds.dispatch``),
     noting each call's signature before making it.
 
     The dispatcher caches nothing, so every call comes to ``miss`` and is
@@ -131,8 +131,8 @@ def _recorded(original: Any, notes: _Notes) -> Any:
     once it has traced. ``_cache_size`` and ``clear_cache`` are the jitted
     function's own.
     """
+    from ppy.kinds.dispatch import dispatcher, dress, hide_own_frames
     from ppy.kinds.fingerprint import python_function
-    from ppy.run.dispatch import dispatcher, dress, hide_own_frames
 
     def miss(*args: Any, **kwargs: Any) -> tuple[Any, None, bool]:
         notes(args, kwargs)

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ppy.layout import module_name
 from ppy.run.binding import BIND_NAME, Binder, BindingFinder, Binds
-from ppy.runtime import ManagedRuntime, Runtime
+from ppy.run.imports import after_import
+from ppy.runtime import ManagedRuntime, RunContext, Runtime
 
 if TYPE_CHECKING:
     from ppy.artifact.model import Artifact
@@ -276,10 +277,11 @@ def _end_by_sigint() -> None:
 
 
 def _start(runtimes: Mapping[str, Runtime]) -> None:
-    """Let each ``ManagedRuntime`` set up for the program."""
+    """Let each ``ManagedRuntime`` set up for the program, with the run's services."""
+    run = RunContext(after_import=after_import)
     for runtime in runtimes.values():
         if isinstance(runtime, ManagedRuntime):
-            runtime.start()
+            runtime.start(run)
 
 
 def _close(runtimes: Mapping[str, Runtime]) -> None:

@@ -517,7 +517,7 @@ def _rss() -> int:
 
 
 #: What every ``ppy run`` imports before the program starts (the runtimes
-#: come from their entry points).
+#: come from their entry points, which ``ppy.registry`` loads with stevedore).
 _RUN_PATH = (
     "ppy.cli.main",
     "ppy.run.startup",
@@ -525,6 +525,7 @@ _RUN_PATH = (
     "ppy.run.binding",
     "ppy.build.freshness",
     "ppy.log",
+    "ppy.registry",
 )
 
 

@@ -5,6 +5,10 @@ wraps a jitted function in, is a ``PjitFunction``: the object ``jax.jit``
 returns, made by jaxlib with a miss of ppy's. A program that asks what it
 holds (``type(f)``, ``isinstance(f, type(jax.jit(g)))``, ``f.__doc__``,
 ``f.lower``) gets jit's answers. jax is imported only when one is made.
+
+It lives among the kinds' contracts because two sides use it, as they use
+``fingerprint`` and ``pytrees``: core's recording and the ``jax.export``
+runtime, which reaches core only through ``ppy.runtime`` and ``ppy.kinds``.
 """
 
 from __future__ import annotations
