@@ -166,8 +166,6 @@ OPS: Mapping[str, Raises] = {
     # math
     "math.sqrt": _always,
     "math.cbrt": _never,
-    "math.sin": _always,
-    "math.cos": _always,
     "math.tan": _always,
     "math.atan2": _always,
     "math.copysign": _always,

@@ -32,24 +32,10 @@ def _cbrt(ctx: Context, x: Value) -> Value:
     return ctx.b.library("cbrt", x)
 
 
-def _periodic(ctx: Context, opname: str, x: Value) -> Value:
-    ctx.flag(ctx.isinf(x))  # sin(inf): ValueError
-    return ctx.b.library(opname, x)
-
-
-@register_lowering("math.sin")
-def _sin(ctx: Context, x: Value) -> Value:
-    return _periodic(ctx, "sine", x)
-
-
-@register_lowering("math.cos")
-def _cos(ctx: Context, x: Value) -> Value:
-    return _periodic(ctx, "cosine", x)
-
-
 @register_lowering("math.tan")
 def _tan(ctx: Context, x: Value) -> Value:
-    return _periodic(ctx, "tan", x)
+    ctx.flag(ctx.isinf(x))  # tan(inf): ValueError
+    return ctx.b.library("tan", x)
 
 
 @register_lowering("math.isnan")
