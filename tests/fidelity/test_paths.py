@@ -124,10 +124,10 @@ def test_dash_p_keeps_the_programs_folder_off_the_path(tmp_path: Path) -> None:
 SHADOWS = (
     STAGED
     + """\
-import calendar
+import tomllib
 import stat
 
-print(getattr(calendar, "SHADOW", "the standard library's calendar"))
+print(getattr(tomllib, "SHADOW", "the standard library's tomllib"))
 print(getattr(stat, "SHADOW", "the standard library's stat"))
 print(score(jnp.ones((2, 4))))
 """
@@ -135,9 +135,9 @@ print(score(jnp.ones((2, 4))))
 
 
 def test_a_module_named_like_one_ppy_imported_first_is_the_programs(tmp_path: Path) -> None:
-    """``calendar.py`` beside the program is the ``calendar`` python imports,
-    for the program and for jax, which imports it too. ppy has imported the
-    standard library's before the program starts, so the program runs as
+    """``tomllib.py`` beside the program is the ``tomllib`` python imports.
+    ppy has imported the standard library's before the program starts (to
+    read pyproject.toml), so the program runs as
     python runs it, and ``run.shadowed`` says why. ``stat.py`` is no such
     module: python has ``stat`` at start, so its ``import stat`` never finds
     the folder's, and the run is ppy's. (Run from the folder above: ``python
@@ -150,14 +150,14 @@ def test_a_module_named_like_one_ppy_imported_first_is_the_programs(tmp_path: Pa
     assert run_ppy("build", cwd=root, env=environ).returncode == 0
     staged = differential(tmp_path, cache=cache, program="p/model.ppy", build=False)
     assert staged.bound() == {"score"} and not staged.named("run.shadowed")
-    assert "the standard library's calendar\nthe standard library's stat" in staged.python.stdout
-    (root / "calendar.py").write_text("SHADOW = 'the folder'\n")
+    assert "the standard library's tomllib\nthe standard library's stat" in staged.python.stdout
+    (root / "tomllib.py").write_text("SHADOW = 'the folder'\n")
     compared = differential(
         tmp_path, cache=cache, program="p/model.ppy", build=False, quiet_stderr=None
     )
     assert "the folder\nthe standard library's stat" in compared.python.stdout
     (shadowed,) = compared.named("run.shadowed")
-    assert shadowed["modules"] == "calendar" and not compared.bound()
+    assert shadowed["modules"] == "tomllib" and not compared.bound()
     recorded = run_ppy("record", "p/model.ppy", cwd=tmp_path, env=environ)
     assert (recorded.stdout, recorded.returncode) == (compared.python.stdout, 0)
 
