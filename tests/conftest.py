@@ -45,6 +45,11 @@ models = pytest.mark.models
 #: devices are the accelerator's, so ``nox -s device`` leaves it out.
 cpu_backend = pytest.mark.cpu_backend
 
+#: Whether the suite runs on an accelerator (tests/device/run.py, which sets
+#: PPY_DEVICE_OUTCOMES): the outputs the examples' READMEs quote are jax's CPU
+#: backend's, whose last digits another backend need not share.
+ON_ACCELERATOR = bool(os.environ.get("PPY_DEVICE_OUTCOMES"))
+
 
 def uses_host_devices(folder: Path) -> bool:
     """Whether a project's sources ask XLA for several host (CPU) devices."""

@@ -26,6 +26,7 @@ import pytest
 from tests.conftest import (
     EXAMPLE_OUTPUTS,
     EXAMPLES,
+    ON_ACCELERATOR,
     ROOT,
     BuiltExample,
     cpu_backend,
@@ -173,8 +174,9 @@ def test_ppy_run_prints_what_python_prints(
     assert all(e["source"] == "cache" for e in loaded), loaded
     if "import jax" in program.read_text():  # a program of jax does eager ops
         assert compiled and any(not e["lowered"] for e in loaded), loaded
-    readme = (example / "README.md").read_text()
-    assert plain.stdout.strip() in readme, "the README shows what the example prints"
+    if not ON_ACCELERATOR:
+        readme = (example / "README.md").read_text()
+        assert plain.stdout.strip() in readme, "the README shows what the example prints"
 
 
 #: An outcome word between the columns of a build line.
