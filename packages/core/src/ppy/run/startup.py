@@ -96,7 +96,7 @@ def prepare(program: Path, *, build: bool = True, config: Config | None = None) 
 
 def _say_if_nothing_staged(artifact: Artifact) -> None:
     """One warning when the program has candidate functions and none is staged."""
-    from ppy.cli.report import nothing_staged
+    from ppy.decision import nothing_staged
 
     found = nothing_staged(artifact.decisions)
     if found is not None:
