@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 from ppy.errors import UsageError
 
 if TYPE_CHECKING:
+    from ppy.record.format import Signatures
     from ppy.record.observe import Recorder
-    from ppy.record.signatures import Signatures
     from ppy.run.program import Program
 
 __all__ = ["record"]
