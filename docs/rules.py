@@ -77,9 +77,9 @@ def _plugins() -> dict[str, object]:
 
 
 def _decide(rule: str, pyproject: str, source: str) -> tuple[str, str, str]:
+    from ppy.build.policy import decide
     from ppy.config import load_config
     from ppy.discovery.module import discover_source
-    from ppy.build.policy import decide
 
     plugins = {} if rule == "no-plugin" else _plugins()
     with tempfile.TemporaryDirectory() as tmp:
