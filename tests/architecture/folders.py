@@ -10,7 +10,9 @@ the rooms below it in mind; an import put inside a function hides a loop from
 Python, not from this graph.
 
 ``python -m tests.architecture.folders`` (``nox -s arch``) prints the graph
-and exits 1 when some rooms form a loop, naming the imports that make it.
+and exits 1 when some rooms form a loop, naming the imports that make it; or
+when some modules do, inside one room or across rooms (``--modules`` prints
+the modules' graph whole).
 The source is read with ``ast``; nothing of it is imported.
 """
 
@@ -123,20 +125,30 @@ def _imported(
     yield from walk(tree, False)
 
 
-def read(root: Path = CORE) -> Graph:
-    """The graph of the package whose source folder is ``root``."""
+def _node(package: str, module: str, root: Path, modules: bool) -> str | None:
+    if not modules:
+        return room_of(package, module, root)
+    if module.split(".")[0] != package or not _is_module(package, module, root):
+        return None
+    return module
+
+
+def read(root: Path = CORE, *, modules: bool = False) -> Graph:
+    """The graph of the package whose source folder is ``root``: of its rooms,
+    or with ``modules``, of its modules (a package's ``__init__`` by the
+    package's name)."""
     package = root.name
     graph = Graph(package)
     for path in sorted(root.rglob("*.py")):
         module = _module_name(package, path, root)
-        source = room_of(package, module, root)
+        source = _node(package, module, root, modules)
         assert source is not None
         graph.rooms.add(source)
         tree = ast.parse(path.read_bytes(), filename=str(path))
         for name, line, inside in _imported(
             tree, module, path.name == "__init__.py", package, root
         ):
-            target = room_of(package, name, root)
+            target = _node(package, name, root, modules)
             if target is None or target == source:
                 continue
             graph.rooms.add(target)
@@ -205,13 +217,14 @@ def layers(graph: Graph) -> list[list[str]]:
     return out
 
 
-def render(graph: Graph) -> str:
+def render(graph: Graph, *, what: str = "rooms") -> str:
     arrows = graph.arrows()
-    lines = [f"the rooms of {graph.package}, leaves first (imports inside functions counted):"]
+    lines = [f"the {what} of {graph.package}, leaves first (imports inside functions counted):"]
+    width = max((len(room) for room in arrows), default=0)
     for number, layer in enumerate(layers(graph)):
         for room in layer:
             below = ", ".join(sorted(arrows[room])) or "-"
-            lines.append(f"  {number:2d}  {room:<12} -> {below}")
+            lines.append(f"  {number:2d}  {room:<{width}} -> {below}")
     loops = graph.loops()
     for group in loops:
         lines.append(f"LOOP between {', '.join(group)}; the imports that make it:")
@@ -235,10 +248,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "root", nargs="?", type=Path, default=CORE, help="the package's source folder"
     )
+    parser.add_argument(
+        "--modules",
+        action="store_true",
+        help="draw the graph of its modules too (the rooms' own are checked for loops always)",
+    )
     args = parser.parse_args(argv)
-    graph = read(args.root)
-    print(render(graph))
-    return 1 if graph.loops() else 0
+    rooms = read(args.root)
+    print(render(rooms))
+    modules = read(args.root, modules=True)
+    if args.modules or modules.loops():
+        print(render(modules, what="modules"))
+    else:
+        print("no loop between modules either")
+    return 1 if rooms.loops() or modules.loops() else 0
 
 
 if __name__ == "__main__":

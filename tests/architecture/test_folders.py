@@ -39,6 +39,14 @@ def test_core_rooms_form_no_loop() -> None:
     assert "commands" in arrows["cli"]
 
 
+def test_core_modules_form_no_loop() -> None:
+    # Two modules of one room that import each other (the signatures file and
+    # its generalisation did) read as one module in two files.
+    graph = folders.read(modules=True)
+    assert graph.loops() == [], folders.render(graph, what="modules")
+    assert "ppy.record.format" in graph.rooms
+
+
 def test_the_script_prints_the_graph_and_exits_0() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "tests.architecture.folders"],
@@ -47,7 +55,8 @@ def test_the_script_prints_the_graph_and_exits_0() -> None:
         cwd=ROOT,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "no loop" in result.stdout
+    assert "no loop\n" in result.stdout
+    assert "no loop between modules either" in result.stdout
     assert "commands" in result.stdout
 
 
@@ -90,6 +99,8 @@ def test_a_loop_made_inside_a_function_is_found(tmp_path: Path) -> None:
     assert "stock -> till: stock/shelf.py:5 imports shop.till.count (inside a function)" in text
     assert "till -> stock: till/count.py:1 imports shop.stock.shelf" in text
     assert folders.main([str(shop)]) == 1
+    # The same loop between the two modules.
+    assert folders.read(shop, modules=True).loops() == [["shop.stock.shelf", "shop.till.count"]]
 
 
 def test_a_tree_without_a_loop_is_drawn_in_layers(tmp_path: Path) -> None:
