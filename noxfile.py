@@ -11,6 +11,11 @@
   built in another venv, on each Python in ``PYTHONS``.
 - docs: the site under docs/, built with mkdocs --strict (its hooks import ppy).
 
+``nox -s arch`` (not among the defaults: ``tests/architecture/test_folders.py``
+runs the same check in every test session) prints the graph of core's rooms,
+counting imports made inside functions, and fails when some of them form a
+loop (``tests/architecture/folders.py``).
+
 ``nox -s quick`` (not among the defaults) is the inner loop: on ``PYTHON``
 only, the unit and differential suites (``QUICK``) without the tests marked
 ``models`` (the programs of flax, optax, equinox, jaxtyping and beartype, which it does
@@ -176,6 +181,12 @@ def lint(session: nox.Session) -> None:
         "--no-logo",
         env={"PYTHONPATH": os.pathsep.join(SOURCES)},
     )
+
+
+@nox.session(python=PYTHON)
+def arch(session: nox.Session) -> None:
+    """The graph of core's rooms; fails on a loop. Reads the source, installs nothing."""
+    session.run("python", "-m", "tests.architecture.folders", *session.posargs)
 
 
 @nox.session(python=PYTHON)

@@ -77,9 +77,9 @@ def _plugins() -> dict[str, object]:
 
 
 def _decide(rule: str, pyproject: str, source: str) -> tuple[str, str, str]:
+    from ppy.build.policy import decide
     from ppy.config import load_config
     from ppy.discovery.module import discover_source
-    from ppy.policy import decide
 
     plugins = {} if rule == "no-plugin" else _plugins()
     with tempfile.TemporaryDirectory() as tmp:
@@ -109,7 +109,7 @@ def _decide(rule: str, pyproject: str, source: str) -> tuple[str, str, str]:
 
 def table() -> str:
     """The Markdown table: rule, what it checks, and the reason and remedy the code gives."""
-    from ppy.policy import RULES
+    from ppy.build.policy import RULES
 
     missing = [rule for rule in RULES if rule not in SAMPLES]
     if missing:

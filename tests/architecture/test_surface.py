@@ -65,8 +65,8 @@ def test_a_plugin_that_imports_a_core_internal_breaks_the_contract(tmp_path: Pat
     assert "the leaky plugin keeps to the surface BROKEN" in out
     # Both internal imports, the one at module level and the one inside a method.
     assert (
-        "ppy_plugin_leaky:11 imports ppy.run.imports (from ppy.run.imports import after_import)"
-        in out
+        "ppy_plugin_leaky:11 imports ppy.run.import_hooks "
+        "(from ppy.run.import_hooks import after_import)" in out
     )
     assert "ppy_plugin_leaky:18 imports ppy.log (from ppy.log import get_logger)" in out
     # What it may import instead; ppy.runtime itself is allowed.

@@ -469,7 +469,7 @@ def test_pytrees_jaxtyping_like_and_flags_are_read_from_the_source() -> None:
 
 
 def test_like_axes_are_read_from_the_source_and_a_bad_form_is_a_problem() -> None:
-    from ppy.policy import signature
+    from ppy.build.policy import signature
 
     module = discover(
         """

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 from ppy.artifact.entry import Entry
+from ppy.build.policy import RULES, decide, decide_module, stageable_decorator
 from ppy.config import Config, load_config
 from ppy.decision import Check, Decision, Outcome
 from ppy.discovery.module import discover_source
 from ppy.discovery.records import FunctionInfo, ModuleInfo
 from ppy.plugin import Plugin, Requirements, StageFailure, StageRequest
-from ppy.policy import RULES, decide, decide_module, stageable_decorator
 
 JAX_NO_VJP = "a serialized export carries no VJP"
 

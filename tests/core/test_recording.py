@@ -1,5 +1,5 @@
 """Recorded calls into one description (``ppy.record.generalise``) and the
-file's checks (``ppy.record.signatures``), without running anything."""
+file's checks (``ppy.record.signatures``, ``ppy.record.format``), without running anything."""
 
 from __future__ import annotations
 
@@ -7,13 +7,9 @@ from pathlib import Path
 
 import pytest
 from ppy.errors import ConfigError
+from ppy.record.format import FunctionCalls, Signatures
 from ppy.record.generalise import generalise
-from ppy.record.signatures import (
-    FunctionCalls,
-    Signatures,
-    read_signatures,
-    write_signatures,
-)
+from ppy.record.signatures import read_signatures, write_signatures
 
 
 def _array(text: str, **flags: bool) -> dict[str, object]:

@@ -344,9 +344,9 @@ def changed_part(built: str, now: str) -> str:
     return "recording"
 
 
-#: ``ppy record``'s file (``ppy.record.signatures.FILE``), relative to the root.
+#: ``ppy record``'s file (``ppy.record.format.FILE``), relative to the root.
 SIGNATURES: Final = ".ppy/signatures.json"
-#: The most bytes of it that are read (``ppy.record.signatures.MAX_BYTES``).
+#: The most bytes of it that are read (``ppy.record.format.MAX_BYTES``).
 SIGNATURES_LIMIT: Final = 16 << 20
 
 

@@ -1,6 +1,6 @@
 """Decisions: what the build does with each candidate function, and why.
 
-A ``Decision`` is produced by the policy engine (``ppy.policy``) and then
+A ``Decision`` is produced by the policy engine (``ppy.build.policy``) and then
 settled by the build once a plugin has staged, reused or failed the function.
 Every rule that was evaluated is in ``trail``, so ``ppy explain`` can show the
 whole reasoning, not just the rule that decided.
@@ -8,12 +8,12 @@ whole reasoning, not just the rule that decided.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["Check", "Decision", "Outcome"]
+__all__ = ["Check", "Decision", "Outcome", "nothing_staged"]
 
 
 class Outcome(StrEnum):
@@ -127,3 +127,19 @@ class Decision:
             trail=tuple(Check.from_json(c) for c in data.get("trail", ())),
             output=str(data.get("output", "")),
         )
+
+
+def nothing_staged(decisions: Sequence[Decision]) -> tuple[str, str] | None:
+    """(why, remedy) when there are candidates and none is staged, else None.
+
+    ``ppy build``'s summary line and ``ppy run``'s ``run.nothing_staged``
+    warning say the same, from the decisions alone. The reason is the most
+    common first failing rule's, so a project that is not opted in hears that
+    once, not once per function.
+    """
+    if not decisions or any(d.outcome is not Outcome.STAYS for d in decisions):
+        return None
+    rules = [d.rule for d in decisions]
+    first = max(rules, key=rules.count)
+    example = next(d for d in decisions if d.rule == first)
+    return example.reason, example.remedy or "see `ppy explain NAME` for every rule"

@@ -25,6 +25,7 @@ from ppy.artifact.model import Artifact, ModuleRecord
 from ppy.artifact.read import ArtifactError, read_artifact
 from ppy.artifact.write import write_artifact
 from ppy.build.freshness import stage_key
+from ppy.build.policy import decide_module
 from ppy.config import Config, load_config
 from ppy.decision import Check, Decision, Outcome
 from ppy.discovery.module import discover_module
@@ -34,7 +35,6 @@ from ppy.kinds.jax_compat import entry_outside_window, installed_jaxlib
 from ppy.layout import find_sources, shown
 from ppy.log import get_logger
 from ppy.plugin import KNOWN_DECORATORS, Plugin, StageFailure, StageRequest, StageTarget
-from ppy.policy import decide_module
 from ppy.record.apply import apply_recording, unknown_functions
 from ppy.record.signatures import read_signatures, signatures_path
 from ppy.registry import Registry, by_decorator, load_plugins

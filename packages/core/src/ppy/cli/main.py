@@ -4,6 +4,11 @@ cache, doctor.
 Exit codes: 0 success, 1 the program or the build failed, 2 bad usage or bad
 configuration. Errors a user can act on are one message on stderr with the
 remedy, never a traceback.
+
+What a command does is in ``ppy.commands`` (run, record) or the room it
+belongs to; here are the parser and what each command prints. Each command
+imports its modules inside its own function, for start-up speed: ``ppy run``
+imports nothing of the build, ``inspect`` or ``doctor``.
 """
 
 from __future__ import annotations
@@ -318,7 +323,7 @@ def _main(argv: list[str], warm: bool | None) -> int | Program:
         if args.command == "server":
             return _server(args)
         if args.command == "record":
-            from ppy.record.session import record
+            from ppy.commands.record import record  # for start-up speed, as every command
 
             return record(args.program, list(args.args), replace=args.replace)
         if args.command == "inspect":
@@ -385,7 +390,7 @@ def _columns() -> int | None:
 
 def _run(args: argparse.Namespace, argv: list[str], warm: bool | None) -> int | Program:
     """A warm run's exit code, or the program ready to run here."""
-    from ppy.run.startup import launch
+    from ppy.commands.run import launch  # for start-up speed, as every command
 
     config = None
     program = Path(args.program)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from ppy.decision import Decision, Outcome
+from ppy.decision import Decision, Outcome, nothing_staged
 from ppy.errors import UsageError
 from ppy.registry import Installed, Registry
 
-__all__ = ["build_lines", "explain", "nothing_staged", "plugin_lines", "summary"]
+__all__ = ["build_lines", "explain", "plugin_lines", "summary"]
 
 
 def _word(decision: Decision, plugins: Registry) -> str:
@@ -143,20 +143,6 @@ def summary(decisions: Sequence[Decision]) -> str:
     line = f"staged {staged} of {len(decisions)} candidate functions"
     why = nothing_staged(decisions)
     return line if why is None else f"{line}: {why[0]}"
-
-
-def nothing_staged(decisions: Sequence[Decision]) -> tuple[str, str] | None:
-    """(why, remedy) when there are candidates and none is staged, else None.
-
-    The reason is the most common first failing rule's, so a project that is
-    not opted in hears that once, not once per function.
-    """
-    if not decisions or any(d.outcome is not Outcome.STAYS for d in decisions):
-        return None
-    rules = [d.rule for d in decisions]
-    first = max(rules, key=rules.count)
-    example = next(d for d in decisions if d.rule == first)
-    return example.reason, example.remedy or "see `ppy explain NAME` for every rule"
 
 
 def _matches(name: str, decision: Decision) -> bool:

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from ppy.discovery.imports import (
+from ppy.discovery.names import (
     Names,
     function_statements,
     is_main_guard,

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Final
 
 from ppy.discovery.definitions import PARTIAL, Definition, Definitions
-from ppy.discovery.imports import Names
+from ppy.discovery.names import Names
 from ppy.discovery.records import Differentiation
 
 __all__ = ["TRANSFORMS", "differentiated"]

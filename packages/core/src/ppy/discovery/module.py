@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ppy.discovery.definitions import Definitions
 from ppy.discovery.differentiation import differentiated
-from ppy.discovery.imports import Names, imported_modules
+from ppy.discovery.names import Names, imported_modules
 from ppy.discovery.records import ModuleInfo
 from ppy.discovery.specs import Specs
 from ppy.discovery.work import work

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from ppy.annotations import check_axis, check_dim, check_dtype, check_like_axes
-from ppy.discovery.imports import Names
+from ppy.discovery.names import Names
 from ppy.discovery.records import ArraySpec, Parameter, ParameterKind
 from ppy.spec import WEAK_SCALARS, Axis
 

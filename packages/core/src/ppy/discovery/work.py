@@ -18,7 +18,7 @@ import ast
 from collections.abc import Iterator, Sequence
 from typing import Final
 
-from ppy.discovery.imports import Names, is_main_guard
+from ppy.discovery.names import Names, is_main_guard
 from ppy.discovery.records import ModuleInfo
 
 __all__ = ["SETUP", "importing_work", "work"]

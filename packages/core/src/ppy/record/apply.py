@@ -15,8 +15,8 @@ import json
 from collections.abc import Iterator, Sequence
 
 from ppy.discovery.records import ArraySpec, FunctionInfo, ModuleInfo, Parameter
+from ppy.record.format import Signatures
 from ppy.record.generalise import Described, generalise
-from ppy.record.signatures import Signatures
 
 __all__ = ["apply_recording", "unknown_functions"]
 

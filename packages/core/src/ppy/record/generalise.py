@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ppy.record.signatures import CLOSURE, parse_array
+from ppy.record.format import CLOSURE, parse_array
 from ppy.spec import WEAK_SCALARS
 
 __all__ = ["Described", "General", "generalise"]

@@ -27,7 +27,7 @@ from typing import Any
 from ppy.discovery.records import FunctionInfo, ModuleInfo
 from ppy.kinds.fingerprint import closure
 from ppy.kinds.pytrees import class_name, reference
-from ppy.record.signatures import CLOSURE, FunctionCalls, Signatures
+from ppy.record.format import CLOSURE, FunctionCalls, Signatures
 from ppy.run.binding import bind_source, want_made
 from ppy.run.made import MadeJits
 

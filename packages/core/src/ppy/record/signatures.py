@@ -1,41 +1,8 @@
 """The signatures file: what ``ppy record`` saw, meant to be reviewed and committed.
 
-``.ppy/signatures.json`` under the project root holds, for each function
-(``module.qualname``), its distinct call signatures with their counts, and
-the description the build derives from them::
-
-    {
-      "format": "ppy-signatures",
-      "version": 1,
-      "runs": 2,
-      "functions": {
-        "model.score": {
-          "calls": 12,
-          "description": {"x": "float32[B,4]"},
-          "dims": {"B": [32, 128]},
-          "signatures": [
-            {"calls": 10, "inputs": {"x": {"array": "float32[32,4]"}}},
-            {"calls": 2, "inputs": {"x": {"array": "float32[128,4]"}}}
-          ]
-        }
-      }
-    }
-
-An input is ``{"array": "float32[32,4]"}`` (with ``"weak": true`` for a
-weakly typed one, ``"sharded": true`` for one laid out over several
-devices), ``{"static": value}`` (a JSON literal), ``{"python": "float"}`` (a
-Python scalar), ``{"none": true}``, or ``{"nest": {...}}``: a pytree, its
-plain lists, tuples and dicts as ``{"list": [...]}``, ``{"tuple": [...]}``
-and ``{"dict": {...}}``, and any other node (a NamedTuple, an optax state, a
-flax or equinox structure) as ``{"node": {"type": "module:qualname", "data":
-..., "children": [...]}}``, its metadata as JSON (``{"tuple": [...]}`` for a
-tuple, ``{"ref": "module:name"}`` for a class or sentinel the module holds).
-A function defined inside another has one more input, ``"<closure>"``:
-``{"closure": {"lr": {"static": 0.1}, "f": {"ref": "model:loss"}}}``, the
-variables it reads of the function around it, each a literal or an object
-a module names (``{"ref": ...}``).
-``description`` and ``dims`` are written for the reader and recomputed from
-the signatures on every write; the build reads only the signatures.
+``.ppy/signatures.json`` under the project root; its format, and the record
+it is read into, are ``ppy.record.format``'s. Each write recomputes every
+function's description (``ppy.record.generalise``) for the reader.
 
 The file is data: it is parsed as JSON within size limits and checked field
 by field, and a problem is an error naming the file, the line and what is
@@ -51,120 +18,38 @@ import os
 import re
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from ppy.annotations import DTYPE_NAMES
-from ppy.config import SIGNATURES, SIGNATURES_LIMIT, read_file
+from ppy.config import read_file
 from ppy.errors import ConfigError
-
-__all__ = [
-    "CLOSURE",
-    "FILE",
-    "MAX_BYTES",
-    "FunctionCalls",
-    "Signatures",
-    "read_signatures",
-    "signatures_path",
-    "write_signatures",
-]
-
-#: Where the file goes, relative to the project root (its digest is part of
-#: the configuration's, ``ppy.config``).
-FILE: Final = SIGNATURES
-FORMAT: Final = "ppy-signatures"
-VERSION: Final = 1
-#: Limits on what is read, as on an artifact's manifest.
-MAX_BYTES: Final = SIGNATURES_LIMIT
-MAX_FUNCTIONS: Final = 10_000
-MAX_SIGNATURES: Final = 1_000
-MAX_LEAVES: Final = 10_000
-MAX_DEPTH: Final = 16
-_ARRAY: Final = re.compile(r"[a-z][a-z0-9_]*\[(\d+(,\d+)*)?\]")
-_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_<>][A-Za-z0-9_<>]*)*")
-#: ``module:qualname`` of a class or object a node names.
-_REF: Final = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", re.ASCII)
-
-#: The dtypes a recorded array may have: those ``ppy.DType`` names, and the
-#: narrow ones jax takes besides (jax 0.10 to 0.12, from ml_dtypes). Any other
-#: name is no array a jitted call was passed, and the build could not describe it.
-DTYPES: Final = DTYPE_NAMES | frozenset(
-    {
-        "int1",
-        "int2",
-        "int4",
-        "uint1",
-        "uint2",
-        "uint4",
-        "float4_e2m1fn",
-        "float6_e2m3fn",
-        "float6_e3m2fn",
-        "float8_e3m4",
-        "float8_e4m3",
-        "float8_e4m3b11fnuz",
-        "float8_e4m3fnuz",
-        "float8_e5m2fnuz",
-        "float8_e8m0fnu",
-    }
+from ppy.record.format import (
+    ARRAY,
+    CLOSURE,
+    DTYPES,
+    FILE,
+    FORMAT,
+    MAX_BYTES,
+    MAX_CLOSURE,
+    MAX_DEPTH,
+    MAX_DIM,
+    MAX_FUNCTIONS,
+    MAX_LEAVES,
+    MAX_SIGNATURES,
+    NAME,
+    REF,
+    VERSION,
+    FunctionCalls,
+    Signatures,
+    parse_array,
 )
+from ppy.record.generalise import generalise
 
-#: The largest dim an array has: XLA's are 64-bit signed integers.
-_MAX_DIM: Final = 2**63 - 1
-
-#: The input that holds what a function reads of the function around it.
-CLOSURE: Final = "<closure>"
-#: The most variables a closure may hold.
-MAX_CLOSURE: Final = 256
-
-#: One input as recorded: a JSON object of the forms above.
-Input = Mapping[str, Any]
+__all__ = ["read_signatures", "signatures_path", "write_signatures"]
 
 
 def signatures_path(root: Path) -> Path:
     return root / FILE
-
-
-@dataclass
-class FunctionCalls:
-    """One function's distinct signatures: canonical JSON of the inputs -> calls."""
-
-    counts: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def calls(self) -> int:
-        return sum(self.counts.values())
-
-    def add(self, inputs: Mapping[str, Input], calls: int = 1) -> None:
-        key = _canonical(inputs)
-        self.counts[key] = self.counts.get(key, 0) + calls
-
-    def signatures(self) -> list[tuple[dict[str, Input], int]]:
-        """Each signature's inputs and calls, most called first, then by text."""
-        ordered = sorted(self.counts.items(), key=lambda item: (-item[1], item[0]))
-        return [(json.loads(key), calls) for key, calls in ordered]
-
-
-@dataclass
-class Signatures:
-    """The whole file: how many runs were recorded, and each function's calls."""
-
-    runs: int = 0
-    functions: dict[str, FunctionCalls] = field(default_factory=dict)
-
-    def merge(self, other: Signatures) -> None:
-        self.runs += other.runs
-        for name, calls in other.functions.items():
-            mine = self.functions.setdefault(name, FunctionCalls())
-            for key, count in calls.counts.items():
-                mine.counts[key] = mine.counts.get(key, 0) + count
-
-    def for_function(self, module: str, qualname: str) -> FunctionCalls | None:
-        return self.functions.get(f"{module}.{qualname}")
-
-
-def _canonical(inputs: Mapping[str, Input]) -> str:
-    return json.dumps(inputs, sort_keys=True, separators=(",", ":"))
 
 
 def read_signatures(path: Path) -> Signatures | None:
@@ -276,7 +161,7 @@ class _Checker:
         return found
 
     def function(self, name: str, entry: object) -> FunctionCalls:
-        if not _NAME.fullmatch(name):
+        if not NAME.fullmatch(name):
             raise self.fail(name, f"{name!r} is not a module.function name")
         if not isinstance(entry, dict):
             raise self.fail(name, f"{name}: wanted an object")
@@ -340,7 +225,7 @@ class _Checker:
             literal = isinstance(held, dict) and set(held) == {"static"}
             named = isinstance(held, dict) and set(held) == {"ref"}
             readable = (literal and _literal(held["static"])) or (
-                named and isinstance(held["ref"], str) and _REF.fullmatch(held["ref"]) is not None
+                named and isinstance(held["ref"], str) and REF.fullmatch(held["ref"]) is not None
             )
             if not (variable.isidentifier() and readable):
                 raise self.fail(
@@ -384,21 +269,21 @@ class _Checker:
             isinstance(node, dict)
             and set(node) == {"type", "data", "children"}
             and isinstance(node["type"], str)
-            and _REF.fullmatch(node["type"]) is not None
+            and REF.fullmatch(node["type"]) is not None
             and isinstance(node["children"], list)
             and _metadata(node["data"], depth)
         )
 
     def array(self, parameter: str, where: str, value: Mapping[str, Any]) -> None:
         text = value.get("array")
-        if not isinstance(text, str) or not _ARRAY.fullmatch(text):
+        if not isinstance(text, str) or not ARRAY.fullmatch(text):
             raise self.fail(parameter, f"{where}: {text!r} is not an array such as float32[32,4]")
         dtype, dims = parse_array(text)
         if dtype not in DTYPES:
             raise self.fail(
                 parameter, f"{where}: {dtype!r} is not a dtype jax gives an array (in {text!r})"
             )
-        if any(dim > _MAX_DIM for dim in dims):
+        if any(dim > MAX_DIM for dim in dims):
             raise self.fail(parameter, f"{where}: {text!r} has a dim no array has (over 2**63-1)")
         extra = set(value) - {"array", "weak", "sharded"}
         flags = [value.get(k, False) for k in ("weak", "sharded")]
@@ -424,22 +309,13 @@ def _metadata(value: object, depth: int) -> bool:
         ((kind, inner),) = value.items()
         if kind == "tuple" and isinstance(inner, list):
             return all(_metadata(item, depth + 1) for item in inner)
-        return kind == "ref" and isinstance(inner, str) and _REF.fullmatch(inner) is not None
+        return kind == "ref" and isinstance(inner, str) and REF.fullmatch(inner) is not None
     return False
-
-
-def parse_array(text: str) -> tuple[str, tuple[int, ...]]:
-    """``float32[32,4]`` -> (``float32``, (32, 4))."""
-    dtype, _, rest = text.partition("[")
-    dims = rest.rstrip("]")
-    return dtype, tuple(int(d) for d in dims.split(",")) if dims else ()
 
 
 def write_signatures(path: Path, signatures: Signatures) -> None:
     """Write the file in a stable order, with each function's description,
     one signature per line so that a review reads it as a table."""
-    from ppy.record.generalise import generalise
-
     lines = [
         "{",
         f'  "format": "{FORMAT}",',

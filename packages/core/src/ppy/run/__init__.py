@@ -1,5 +1,9 @@
-"""``ppy run``: the artifact made current, its runtimes loaded, the program run with its
-staged functions bound.
+"""The engine ``ppy run`` and ``ppy record`` share: the program run as python
+runs it (``program``), the staged functions bound in place (``binding``,
+``made``), what waits for the program's own imports (``import_hooks``,
+``collector``), and a module of the program's folder shadowed (``shadow``).
+``ppy.commands`` puts it to work; nothing here imports a command, the build
+or the CLI.
 
 This ``__init__`` imports nothing: ``ppy run`` pays only for the modules it uses.
 """

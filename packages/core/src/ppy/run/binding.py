@@ -43,7 +43,7 @@ from types import CodeType, ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ppy._hook import PpyFinder, find_ppy_source
-from ppy.discovery.imports import function_statements
+from ppy.discovery.names import function_statements
 from ppy.layout import module_name
 from ppy.run.made import MadeJits
 from ppy.runtime import NotBound, Runtime

@@ -34,7 +34,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from ppy.run.imports import after_imports_from
+from ppy.run.import_hooks import after_imports_from
 
 __all__ = ["set_aside"]
 

@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ppy.run.imports import after_import
+from ppy.run.import_hooks import after_import
 
 __all__ = ["Made", "MadeJits"]
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ppy.layout import module_name
 from ppy.run.binding import BIND_NAME, Binder, BindingFinder, Binds
-from ppy.run.imports import after_import
+from ppy.run.import_hooks import after_import
 from ppy.runtime import ManagedRuntime, RunContext, Runtime
 
 if TYPE_CHECKING:

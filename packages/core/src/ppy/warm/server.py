@@ -520,7 +520,7 @@ def _rss() -> int:
 #: come from their entry points, which ``ppy.registry`` loads with stevedore).
 _RUN_PATH = (
     "ppy.cli.main",
-    "ppy.run.startup",
+    "ppy.commands.run",
     "ppy.run.program",
     "ppy.run.binding",
     "ppy.build.freshness",

@@ -20,6 +20,7 @@ from ppy.config import Config, remedy_for
 from ppy.decision import Check, Decision, Outcome
 from ppy.discovery.records import ArraySpec, FunctionInfo, ModuleInfo, Parameter
 from ppy.plugin import KNOWN_DECORATORS, Plugin
+from ppy.record.generalise import Described
 from ppy.spec import TensorSpec, format_signature
 
 __all__ = ["RULES", "decide", "decide_module", "signature", "stageable_decorator"]
@@ -168,8 +169,6 @@ def _render(parameter: Parameter) -> str:
             return f"{parameter.name}: Like({parameter.like}, axes={axes})"
         return f"{parameter.name}: Like({parameter.like})"
     if parameter.nest is not None:
-        from ppy.record.generalise import Described
-
         return f"{parameter.name}: {Described(nest=json.loads(parameter.nest)).rendered()}"
     if parameter.tree is not None:
         return f"{parameter.name}: {parameter.tree}"

@@ -17,12 +17,20 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ppy.artifact.lock import build_lock
+from ppy.config import load_config
+from ppy.discovery.module import discover_module
 from ppy.errors import UsageError
+from ppy.layout import find_sources, module_name
+from ppy.log import get_logger
+from ppy.record.observe import Recorder, candidates
+from ppy.record.signatures import read_signatures, signatures_path, write_signatures
+from ppy.run.collector import set_aside
+from ppy.run.program import Program
+from ppy.run.shadow import unless_shadowed
 
 if TYPE_CHECKING:
-    from ppy.record.observe import Recorder
-    from ppy.record.signatures import Signatures
-    from ppy.run.program import Program
+    from ppy.record.format import Signatures
 
 __all__ = ["record"]
 
@@ -31,15 +39,6 @@ def record(program: str, argv: list[str], *, replace: bool) -> Program:
     """``program`` ready to be recorded: run it as ``ppy run`` runs one (in
     the caller's frame, ``ppy.run.program.Program``), and its signatures are
     written when it ends."""
-    from ppy.config import load_config
-    from ppy.discovery.module import discover_module
-    from ppy.layout import find_sources, module_name
-    from ppy.record.observe import Recorder, candidates
-    from ppy.record.signatures import read_signatures, signatures_path
-    from ppy.run.collector import set_aside
-    from ppy.run.program import Program
-    from ppy.run.shadow import unless_shadowed
-
     path = Path(program)
     if not path.is_file():
         raise UsageError(f"{program}: no such file", remedy="give the path of a .ppy program")
@@ -65,8 +64,6 @@ def record(program: str, argv: list[str], *, replace: bool) -> Program:
 
 def _ended(recorder: Recorder, target: Path, artifact: Path, *, replace: bool) -> None:
     """Write what the run called, and say what was written and what was not."""
-    from ppy.log import get_logger
-
     found = _write(target, recorder.signatures(), artifact, replace=replace)
     log = get_logger()
     for (function, why), calls in sorted(recorder.skipped.items()):
@@ -86,9 +83,6 @@ def _write(target: Path, found: Signatures, artifact: Path, *, replace: bool) ->
     """Write this run's signatures, merged with the file as it is now, under
     the project's lock: a recording of another program of the project that
     ends meanwhile is merged too, never written over. What was written."""
-    from ppy.artifact.lock import build_lock
-    from ppy.record.signatures import read_signatures, write_signatures
-
     with build_lock(artifact):
         current = None if replace else read_signatures(target)
         if current is not None:

@@ -1,4 +1,5 @@
-"""What ``ppy run`` does before the program starts: the artifact, current, and its runtimes.
+"""``ppy run``: what is done before the program starts (the artifact, current,
+and its runtimes), and the program made ready on ``ppy.run``'s engine.
 
 The configuration and the artifact are read once here; when the artifact is
 stale and a plugin is installed, the build is handed both rather than
@@ -11,9 +12,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ppy.config import load_config
+from ppy.decision import Outcome, nothing_staged
 from ppy.errors import ConfigError, PpyError, UsageError
+from ppy.log import get_logger
+from ppy.run.collector import set_aside
+from ppy.run.program import Program
+from ppy.run.shadow import unless_shadowed
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -21,7 +28,6 @@ if TYPE_CHECKING:
     from ppy.artifact.model import Artifact
     from ppy.build.pipeline import Project
     from ppy.config import Config
-    from ppy.run.program import Program
     from ppy.runtime import Runtime
 
 __all__ = ["Prepared", "launch", "prepare"]
@@ -44,10 +50,6 @@ def launch(
     (the caller runs it, in its own frame: ``ppy.run.program.Program``).
     ``program`` is the path as typed, which the program sees as ``sys.argv[0]``;
     ``config``, the program's configuration where it was read already."""
-    from ppy.run.collector import set_aside
-    from ppy.run.program import Program
-    from ppy.run.shadow import unless_shadowed
-
     prepared = prepare(Path(program), build=build, config=config)
     unless_shadowed(program, argv)
     set_aside(prepared.root)
@@ -63,15 +65,13 @@ def launch(
 def prepare(program: Path, *, build: bool = True, config: Config | None = None) -> Prepared:
     """Read the configuration (unless given) and artifact, rebuild a stale one
     when ``build``, and load the runtimes for the kinds it holds."""
-    from ppy.config import load_config
-    from ppy.registry import load_runtimes
-
     if not program.is_file():
         raise UsageError(f"{program}: no such file", remedy="give the path of a .ppy program")
     if config is None:
         config = load_config(program)
     artifact = _read(config)
     if build:
+        # Here for start-up speed: ``--no-build`` imports neither.
         from ppy.build.freshness import staleness
         from ppy.registry import installed_plugins
 
@@ -82,7 +82,7 @@ def prepare(program: Path, *, build: bool = True, config: Config | None = None) 
         except ConfigError:
             raise
         except PpyError as error:
-            _log().warning("run.build_failed", error=str(error))
+            get_logger().warning("run.build_failed", error=str(error))
     kinds: set[str] = set()
     if artifact is not None:
         # The kinds of the candidates that stay too: a runtime may serve a
@@ -90,18 +90,24 @@ def prepare(program: Path, *, build: bool = True, config: Config | None = None) 
         kinds = {entry.kind for entry in artifact.entries}
         kinds |= {d.kind for d in artifact.decisions if d.kind is not None}
         _say_if_nothing_staged(artifact)
-    runtimes = load_runtimes(kinds).by_name if kinds else {}
+    runtimes = _runtimes(kinds) if kinds else {}
     return Prepared(config.root, artifact, runtimes)
+
+
+def _runtimes(kinds: set[str]) -> Mapping[str, Runtime]:
+    # Here for start-up speed: stevedore is imported only where the artifact
+    # holds a kind to load.
+    from ppy.registry import load_runtimes
+
+    return load_runtimes(kinds).by_name
 
 
 def _say_if_nothing_staged(artifact: Artifact) -> None:
     """One warning when the program has candidate functions and none is staged."""
-    from ppy.cli.report import nothing_staged
-
     found = nothing_staged(artifact.decisions)
     if found is not None:
         reason, remedy = found
-        _log().warning(
+        get_logger().warning(
             "run.nothing_staged",
             candidates=len(artifact.decisions),
             reason=reason,
@@ -109,13 +115,8 @@ def _say_if_nothing_staged(artifact: Artifact) -> None:
         )
 
 
-def _log() -> Any:
-    from ppy.log import get_logger
-
-    return get_logger()
-
-
 def _read(config: Config) -> Artifact | None:
+    # Here for start-up speed: a project with no artifact never imports the reader.
     from ppy.artifact.read import read_artifact
 
     if not config.artifact.exists():
@@ -123,14 +124,15 @@ def _read(config: Config) -> Artifact | None:
     try:
         return read_artifact(config.artifact)
     except PpyError as error:
-        _log().warning("run.artifact_unreadable", path=str(config.artifact), error=str(error))
+        get_logger().warning("run.artifact_unreadable", path=str(config.artifact), error=str(error))
         return None
 
 
 def _imports_work(project: Project) -> tuple[str, str] | None:
     """A module the build would import to stage a function whose import runs
     the program's work (``ppy.discovery.work``), and that work; or None."""
-    from ppy.decision import Outcome
+    # Here for start-up speed, as all a rebuild needs: only a stale artifact
+    # imports discovery and the build.
     from ppy.discovery.work import importing_work
 
     working = importing_work(project.modules)
@@ -152,11 +154,12 @@ def _rebuilt(config: Config, stale: str, artifact: Artifact | None) -> Artifact 
     A runtime-only install cannot stage anything, so a build there would only
     replace an artifact made elsewhere by one with no entries.
     """
+    # Here for start-up speed: only a stale artifact imports the build.
     from ppy.artifact.lock import build_lock
     from ppy.build.pipeline import build_project, load_project
     from ppy.registry import load_plugins
 
-    log = _log()
+    log = get_logger()
     plugins = load_plugins()
     if not plugins.by_name:
         log.warning(

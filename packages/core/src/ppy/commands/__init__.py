@@ -1,0 +1,11 @@
+"""The commands: each puts the rooms below it together for one ``ppy`` command.
+
+``run`` (``ppy run``: the configuration, the artifact made current, its
+runtimes loaded, the program ready to run on ``ppy.run``'s engine) and
+``record`` (``ppy record``: the same engine, with a recorder in place of the
+staged functions). ``ppy.cli`` parses the command line and calls these; they
+import ``build``, ``record``, ``run`` and the leaves, and nothing of them
+imports a command.
+
+This ``__init__`` imports nothing: a command pays only for the modules it uses.
+"""
