@@ -28,7 +28,6 @@ import contextlib
 import sys
 import time
 from collections.abc import Callable, Iterator
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -113,6 +112,8 @@ def waiting(what: str) -> Iterator[None]:
 
 def _clock(started: float) -> str:
     """The time since ``started`` as rich's elapsed column shows it: ``0:00:04``."""
+    from datetime import timedelta
+
     return str(timedelta(seconds=int(time.monotonic() - started)))
 
 
