@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
 import textwrap
@@ -36,6 +37,35 @@ def test_no_module_of_core_imports_jax_as_it_is_imported() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     count, loaded = out.stdout.split(" ", 1)
     assert int(count) > 50 and loaded.strip() == "[]"
+
+
+def test_rich_is_imported_only_where_a_line_is_drawn(tmp_path: Path) -> None:
+    """rich draws ``ppy build``'s progress line on a terminal (``ppy.progress``)
+    and costs tens of milliseconds to import: no module of core imports it as
+    it is imported, and a ``ppy run`` never does."""
+    code = (
+        "import importlib, pkgutil, sys, ppy\n"
+        "names = [m.name for m in pkgutil.walk_packages(ppy.__path__, 'ppy.')]\n"
+        "for name in names: name != 'ppy.__main__' and importlib.import_module(name)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'rich'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "plain"\n')
+    (tmp_path / "model.ppy").write_text('print("hi")\n')
+    for options in (["--no-build"], []):
+        ran = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "ppy", "run", *options, "model.ppy"],
+            cwd=tmp_path,
+            env={**os.environ, "PPY_CACHE_DIR": str(tmp_path / "cache")},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert ran.stdout == "hi\n"
+        imported = [line.rsplit("|", 1)[-1].strip() for line in ran.stderr.splitlines()]
+        assert [m for m in imported if m.split(".")[0] == "rich"] == [], options
 
 
 def test_shape_keeps_ints_and_symbolic_dims() -> None:

@@ -233,6 +233,23 @@ def test_a_terminal_is_a_terminal(tmp_path: Path) -> None:
     assert served == plain
 
 
+def test_a_server_starting_shows_a_line_on_a_terminal_then_clears_it(tmp_path: Path) -> None:
+    """The first warm run waits while its server imports jax: a terminal sees a
+    line saying so, erased before the program runs; the rest is python's."""
+    root = _project(tmp_path, 'import sys\nprint("out")\nprint("err", file=sys.stderr)\n')
+    with servers(root, tmp_path / "cache") as warm:
+        plain = _in_a_terminal(warm, [_py(), "model.ppy"])
+        starting = _in_a_terminal(warm, warm.command("run", "--warm", "model.ppy"))
+        served = _in_a_terminal(warm, warm.command("run", "--warm", "model.ppy"))
+        quiet = _in_a_terminal(warm, warm.command("-q", "run", "--warm", "model.ppy"))
+    assert plain == "out\r\nerr\r\n"
+    line, _, rest = starting.partition("\r\n\x1b[?25h")  # the line ends; the cursor is back
+    assert "starting the warm server" in line and "0:00:0" in line, repr(starting)
+    assert rest.startswith("\r\x1b[1A\x1b[2K"), repr(rest)  # the line erased
+    assert rest.removeprefix("\r\x1b[1A\x1b[2K") == plain
+    assert served == quiet == plain  # the server is up: nothing to wait for
+
+
 SLEEPER = """
 import signal, sys, time
 print("ready", flush=True)

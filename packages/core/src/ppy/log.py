@@ -19,9 +19,18 @@ import logging
 import os
 import sys
 import threading
-from typing import Any, Literal
+from typing import Any, Literal, TextIO, cast
 
-__all__ = ["Held", "LogFormat", "configure", "get_logger", "holding", "show", "verbose"]
+__all__ = [
+    "Held",
+    "LogFormat",
+    "configure",
+    "get_logger",
+    "holding",
+    "show",
+    "status_allowed",
+    "verbose",
+]
 
 LogFormat = Literal["console", "json"]
 
@@ -34,6 +43,16 @@ _logger: Any = None
 def verbose() -> bool:
     """Whether ``-v`` was given: the runtime then logs every call's path."""
     return bool(_settings["cli"] and _settings["level"] <= logging.INFO)
+
+
+def status_allowed() -> bool:
+    """Whether the CLI may draw a status line on stderr (``ppy.progress``): its
+    events there are console lines for people, and not ``-q``'s errors only."""
+    return bool(
+        _settings["cli"]
+        and _settings["format"] == "console"
+        and _settings["level"] <= logging.WARNING
+    )
 
 
 def level_for(verbosity: int) -> int:
@@ -76,11 +95,25 @@ def _structlog() -> Any:
         structlog.configure(
             processors=processors,
             wrapper_class=structlog.make_filtering_bound_logger(_settings["level"]),
-            logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+            # It needs only write and flush of a TextIO.
+            logger_factory=structlog.PrintLoggerFactory(cast("TextIO", _Stderr())),
             cache_logger_on_first_use=False,
         )
         _logger = structlog.get_logger("ppy")
     return _logger
+
+
+class _Stderr:
+    """``sys.stderr`` as it is at each event, not as it was when structlog was
+    set up: while a status line is shown (``ppy.progress``), another object
+    stands in for it and prints each event above the line."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text) if sys.stderr is not None else 0
+
+    def flush(self) -> None:
+        if sys.stderr is not None:
+            sys.stderr.flush()
 
 
 #: The types of value ``_plain`` writes as structlog's console renderer does (``_shown``).
@@ -98,9 +131,17 @@ def _plain(method: str, event: str, fields: dict[str, Any]) -> str | None:
     command's output is plain console text; None where structlog must render
     it (JSON, colours, a library's configuration, a traceback).
 
-    Importing structlog costs about 26 ms after jax, which a ``ppy run``
-    that has one warning to give, such as ``run.nothing_staged``, would
-    otherwise pay on every run. The line is the same
+    A ``ppy run`` that has one warning to give, such as ``run.nothing_staged``
+    or ``run.unbound``, would otherwise import structlog on every run, and
+    ``structlog.dev`` imports rich's traceback and pretty-printer wherever rich
+    is installed: it is a dependency of ppy-core (``ppy.progress``) and of
+    flax. Measured again on a 2-core machine under load (the fastest of 9
+    fresh interpreters, with jax imported first): ``import structlog.dev``
+    takes 159 ms with rich installed, 32 ms without it; this function
+    imports nothing. A cold ``ppy run --no-build`` of examples/25_jax_export
+    whose sources changed (two ``run.unbound`` warnings), 10 runs each:
+    2964 ms fastest, 3224 ms median with this line; 3199 and 3587 ms through
+    structlog's renderer. So the copy stays; the line is the same
     (``tests/core/test_log.py`` compares them).
     """
     if not _settings["cli"] or _settings["format"] != "console" or _colors(sys.stderr):

@@ -21,7 +21,7 @@ this module at every start and needs none of them.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -52,6 +52,7 @@ __all__ = [
     "Requirements",
     "Setting",
     "StageFailure",
+    "StageProgress",
     "StageRequest",
     "StageTarget",
     "TensorSpec",
@@ -64,7 +65,8 @@ __all__ = [
 #: and breaks no plugin written for an earlier one of the same major; a major
 #: version changes what a plugin is given or must do. A plugin sets
 #: ``contract`` to the version it was written for (a literal, not this name).
-CONTRACT: tuple[int, int] = (1, 0)
+#: 1.1 added ``StageRequest.progress``.
+CONTRACT: tuple[int, int] = (1, 1)
 
 #: Where each re-exported name lives; imported when the name is first used.
 _REEXPORTED: Mapping[str, str] = {
@@ -128,6 +130,33 @@ class StageTarget:
     program: bool = False
 
 
+class StageProgress(Protocol):
+    """Where a plugin says, as it stages, which function it is on and each
+    result as soon as it has it, for ``ppy build``'s line on a terminal.
+
+    Optional: a plugin that says nothing has its functions counted when
+    ``stage`` returns. Both calls are cheap and never raise.
+    """
+
+    def begin(self, module: str, qualname: str) -> None:
+        """The plugin starts on this function (importing its module included)."""
+        ...
+
+    def done(self, result: Entry | StageFailure) -> None:
+        """This function's result, the one ``stage`` will return."""
+        ...
+
+
+class _Unwatched:
+    """A ``StageProgress`` nobody reads: a request made outside ``ppy build``."""
+
+    def begin(self, module: str, qualname: str) -> None:
+        pass
+
+    def done(self, result: Entry | StageFailure) -> None:
+        pass
+
+
 @dataclass(frozen=True)
 class StageRequest:
     #: Project root: the directory of the pyproject.toml, put on sys.path.
@@ -135,6 +164,8 @@ class StageRequest:
     #: The plugin's validated settings (what ``validate_settings`` returned).
     settings: Mapping[str, Any]
     targets: tuple[StageTarget, ...]
+    #: Where to say what is being staged (contract 1.1); nobody listens by default.
+    progress: StageProgress = field(default_factory=_Unwatched, compare=False)
 
 
 @dataclass(frozen=True)
@@ -163,7 +194,7 @@ class Plugin(Protocol):
     kind: str
     #: The word a build line uses for a staged function: "exported", "compiled".
     verb: str
-    #: The ``CONTRACT`` this plugin was written for: ``(1, 0)``.
+    #: The ``CONTRACT`` this plugin was written for: ``(1, 1)``.
     contract: tuple[int, int]
     decorators: frozenset[str]
     requirements: Requirements

@@ -126,7 +126,7 @@ class JaxExportPlugin:
     kind = JaxExport.KIND
     verb = "exported"
     #: The ``ppy.plugin.CONTRACT`` it was written for.
-    contract = (1, 0)
+    contract = (1, 1)
     decorators = frozenset({"jax.jit"})
     requirements = Requirements(
         build_execution=True,

@@ -365,7 +365,9 @@ def export_in_worker(request: StageRequest) -> list[Entry | StageFailure]:
     """Export every function of ``request``; one result per function, in order.
 
     Each module has ``export-timeout`` seconds, counted from when the worker
-    starts on it, to import and export all its functions.
+    starts on it, to import and export all its functions. ``request.progress``
+    hears of each function as the worker starts it and of each result as it
+    comes, so ``ppy build`` can show where a long build is.
     """
     from ppy_plugin_jax.worker import PROTOCOL_VERSION
 
@@ -408,6 +410,7 @@ def export_in_worker(request: StageRequest) -> list[Entry | StageFailure]:
                         current = next(t for t in pending if t.module.name == message["module"])
                         deadline = time.monotonic() + timeout
                         offset = int(message["offset"])
+                        _begin_next(request, current, results)
                         continue
                     if message.get("event") == "done":
                         break
@@ -418,9 +421,12 @@ def export_in_worker(request: StageRequest) -> list[Entry | StageFailure]:
                         if message["ok"]
                         else _failure(*key, message)
                     )
+                    request.progress.done(results[key])
                     if all((current.module.name, f.qualname) in results for f in current.functions):
                         pending.remove(current)
                         current = None
+                    else:
+                        _begin_next(request, current, results)
             finally:
                 code = worker.stop(ended=ended is not None and not ended.timed_out)
             if not pending:
@@ -434,19 +440,33 @@ def export_in_worker(request: StageRequest) -> list[Entry | StageFailure]:
             )
             output = capture.read_bytes()[offset:].decode("utf-8", "replace")
             for function in victim.functions:
-                results.setdefault(
-                    (victim.module.name, function.qualname),
-                    StageFailure(
+                key = (victim.module.name, function.qualname)
+                if key not in results:
+                    results[key] = StageFailure(
                         victim.module.name,
                         function.qualname,
                         "export-failed",
                         f"{how} while importing or exporting {victim.module.path}",
                         _HANG_REMEDY if ended is not None and ended.timed_out else _CRASH_REMEDY,
                         output[-OUTPUT_LIMIT:],
-                    ),
-                )
+                    )
+                    request.progress.done(results[key])
             pending.remove(victim)
     return [results[t.module.name, f.qualname] for t in request.targets for f in t.functions]
+
+
+def _begin_next(
+    request: StageRequest,
+    target: StageTarget,
+    results: Mapping[tuple[str, str], Entry | StageFailure],
+) -> None:
+    """Say which function the worker is on: it exports a module's functions
+    in order, so the first without a result (the module's import counts as
+    its first function's)."""
+    for function in target.functions:
+        if (target.module.name, function.qualname) not in results:
+            request.progress.begin(target.module.name, function.qualname)
+            return
 
 
 def _mesh_json(mesh: MeshSpec | None) -> dict[str, Any] | None:

@@ -8,7 +8,9 @@ whose project imports are too, keeps its entries, unless the jax installed
 here can no longer read one (``ppy.kinds.jax_compat``); no plugin work starts for
 it), stage (the plugin turns the
 rest into entries or failures) and settle (each result becomes the function's
-final decision).
+final decision). Every plugin's reuse comes first, so the build knows how
+many functions it will stage before it stages any, and says so to its
+``Progress`` (``ppy.progress``) as each is begun and done.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from ppy.kinds.jax_compat import entry_outside_window, installed_jaxlib
 from ppy.layout import find_sources, shown
 from ppy.log import get_logger
 from ppy.plugin import KNOWN_DECORATORS, Plugin, StageFailure, StageRequest, StageTarget
+from ppy.progress import SILENT, Progress
 from ppy.record.apply import apply_recording, unknown_functions
 from ppy.record.signatures import read_signatures, signatures_path
 from ppy.registry import Registry, by_decorator, load_plugins
@@ -249,6 +252,30 @@ def _changed_dependency(
     return None
 
 
+@dataclass
+class _Watch:
+    """What a plugin says as it stages (``StageRequest.progress``), passed on
+    to the build's ``Progress``; a plugin that says nothing has each of its
+    functions counted done when its ``stage`` returns (``finish``)."""
+
+    progress: Progress
+    reported: set[tuple[str, str]] = field(default_factory=set)
+
+    def begin(self, module: str, qualname: str) -> None:
+        self.progress.begin(f"{module}.{qualname}")
+
+    def done(self, result: Entry | StageFailure) -> None:
+        key = (result.module, result.qualname)
+        if key not in self.reported:
+            self.reported.add(key)
+            outcome = Outcome.STAGED if isinstance(result, Entry) else Outcome.STAYS
+            self.progress.done(f"{key[0]}.{key[1]}", outcome.value)
+
+    def finish(self, results: Mapping[tuple[str, str], Entry | StageFailure]) -> None:
+        for result in results.values():
+            self.done(result)
+
+
 def _stage(
     plugin: Plugin,
     request: StageRequest,
@@ -327,7 +354,9 @@ def _settle(
             )
 
 
-def build(target: Path, *, plugins: Registry | None = None) -> BuildResult:
+def build(
+    target: Path, *, plugins: Registry | None = None, progress: Progress = SILENT
+) -> BuildResult:
     """Build the artifact for the project at ``target`` and write it.
 
     Under the project's build lock, the previous artifact read included: a
@@ -335,24 +364,39 @@ def build(target: Path, *, plugins: Registry | None = None) -> BuildResult:
     """
     project = load_project(load_config(target), plugins)
     with build_lock(project.config.artifact):
-        return build_project(project, read_previous(project.config))
+        return build_project(project, read_previous(project.config), progress)
 
 
-def build_project(project: Project, previous: Artifact | None) -> BuildResult:
+def build_project(
+    project: Project, previous: Artifact | None, progress: Progress = SILENT
+) -> BuildResult:
     """Build a project the caller loaded, from a previous artifact it already read.
 
     ``ppy run`` has read both to decide that a build is needed; reading them
     again would cost its start-up and could see a different file. Loading
     comes first, outside the build lock, so a configuration error is found
-    before anything is created in the project.
+    before anything is created in the project. ``progress`` hears of each
+    function staged; it is closed before the artifact is written.
     """
     config = project.config
     ledger = _Ledger(decisions={(d.module, d.qualname): d for d in project.decisions})
-    for plugin in project.plugins.by_name.values():
-        targets = _reuse(project, plugin, previous, ledger)
-        if targets:
-            request = StageRequest(config.root, project.settings[plugin.name], targets)
-            _settle(plugin, targets, _stage(plugin, request), ledger)
+    staging = [
+        (plugin, targets)
+        for plugin in project.plugins.by_name.values()
+        if (targets := _reuse(project, plugin, previous, ledger))
+    ]
+    total = sum(len(t.functions) for _, targets in staging for t in targets)
+    try:
+        if total:
+            progress.start(total)
+        for plugin, targets in staging:
+            watch = _Watch(progress)
+            request = StageRequest(config.root, project.settings[plugin.name], targets, watch)
+            results = _stage(plugin, request)
+            watch.finish(results)
+            _settle(plugin, targets, results, ledger)
+    finally:
+        progress.close()
 
     log = get_logger()
     ordered = tuple(ledger.decisions[d.module, d.qualname] for d in project.decisions)

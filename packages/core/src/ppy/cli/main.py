@@ -356,7 +356,9 @@ def _build(args: argparse.Namespace) -> int:
     path: Path = args.path
     if not path.exists():
         raise UsageError(f"{path}: no such file or folder", remedy="give a project folder")
-    result = build(path)
+    from ppy.progress import for_build
+
+    result = build(path, progress=for_build())
     for line in build_lines(result.decisions, result.project.plugins, width=_columns()):
         print(line)
     counts = {

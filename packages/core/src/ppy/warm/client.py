@@ -235,8 +235,13 @@ def _start(place: Place, key: Key, config: Config) -> socket.socket:
                 close_fds=True,
             )
         get_logger().info("run.warm_start", server=place.name, pid=process.pid)
+        from ppy.progress import waiting
+
         try:
-            return _listening(place, process)
+            # On a terminal, a line while the server imports jax; cleared
+            # before the run, which prints what python would.
+            with waiting("starting the warm server (it imports jax once; later runs skip that)"):
+                return _listening(place, process)
         finally:
             _let_go(process)
 
