@@ -1,8 +1,9 @@
 """Sessions: ``nox`` runs them all, as the README's test command does.
 
-- tests: the whole pytest suite against the four distributions, on each
-  Python in ``PYTHONS`` (pip gives 3.11 jax 0.10, and 3.12+ jax 0.12), on two
-  pytest-xdist workers (``XDIST``).
+- tests: the whole pytest suite against the four distributions, shared
+  between the Pythons in ``PYTHONS`` (pip gives 3.11 jax 0.10, and 3.12+ jax
+  0.12): the unit suites on each, the differential suite on the newest, the
+  rest on the oldest (``_suites``); on two pytest-xdist workers (``XDIST``).
 - lint: ruff, and the import contract (import-linter, ``[tool.importlinter]``
   in the root pyproject.toml): plugins and runtimes reach core only through
   ``ppy.plugin``, ``ppy.runtime`` and ``ppy.kinds``.
@@ -139,15 +140,34 @@ QUICK = (
 FAST_IMPORT = ("ml_dtypes<0.7",)
 
 
+#: The suites that run on every Python: the unit suites of core and of the
+#: compiler, seconds each, where the language shows first (ast, frames,
+#: the standard library).
+EVERY_PYTHON = ("tests/core", "tests/architecture", "tests/plugin_xla")
+#: The suites that run on the newest Python only: the differential suite,
+#: against the newest jax, where the last three version differences were
+#: found (a libm slip in jaxlib 0.12.1, a moved warning line, a standard
+#: library module jax 0.12 no longer imports). The oldest Python runs every
+#: other suite. Each differential test runs once, cold and warm, on one
+#: Python or the other: two full passes took 23 minutes on CI's 2 cores,
+#: and the README's test command must finish in 15.
+NEWEST_ONLY = ("tests/fidelity",)
+
+
+def _suites(python: object) -> list[str]:
+    """What ``tests`` runs on ``python`` when no test is named after ``--``."""
+    if python == PYTHONS[-1]:
+        return [*EVERY_PYTHON, *NEWEST_ONLY]
+    return [f"--ignore={suite}" for suite in NEWEST_ONLY]
+
+
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
+    """The suite, shared between the Pythons (``_suites``); a differential
+    test runs its program cold and warm (tests/fidelity/support.py's ``WARM``)."""
     session.install(*PACKAGES, *MODEL_LIBRARIES, *TEST_TOOLS, *FAST_IMPORT)
-    # Each differential test runs its program warm too on the oldest Python
-    # only (tests/fidelity/support.py's ``WARM``): the server has its own
-    # tests on every Python, and the warm pass is a fifth of the differential
-    # suites' time (tests/fidelity and tests/programs: 162 s, 130 s without).
-    warm = "1" if session.python == PYTHONS[0] else "0"
-    session.run("pytest", *XDIST, *session.posargs, env={"PPY_TESTS_WARM": warm})
+    chosen = session.posargs or _suites(session.python)
+    session.run("pytest", *XDIST, *chosen, env={"PPY_TESTS_WARM": "1"})
 
 
 @nox.session(python=PYTHON)

@@ -94,11 +94,9 @@ def _split(stderr: str) -> tuple[list[dict[str, object]], str]:
 
 #: The caches of the warm servers this test's differential runs started.
 SERVED: set[Path] = set()
-#: Whether each differential test also runs the program warm. The noxfile
-#: turns it off (``PPY_TESTS_WARM=0``) on every Python but the oldest: a
-#: warm run forks the same program from the same server code, so a second
-#: Python adds the suite's time and little else; the server itself is
-#: tested on every Python (tests/warm).
+#: Whether each differential test also runs the program warm: always, but
+#: where ``PPY_TESTS_WARM=0`` says otherwise (tests/device/run.py: on an
+#: accelerator a forked child opens the chip as a fresh process does).
 WARM = os.environ.get("PPY_TESTS_WARM", "1") != "0"
 
 
