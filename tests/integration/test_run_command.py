@@ -7,6 +7,7 @@ test that runs it works on its own copy of that build.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -175,3 +176,39 @@ def test_a_plugins_tools_changing_makes_run_build_again(
     again = ppy("-v", "run", "model.ppy", cwd=example, PYTHONPATH=str(site))
     assert again.stdout == expected
     assert "run.build" not in again.stderr and "run.bind" in again.stderr
+
+
+#: What a cold ``ppy run`` of a built program imports of ppy before the
+#: program's first line: the command, the engine, the artifact's reader, the
+#: kinds its entries are, the registry and the runtime that binds them. Not
+#: the build, discovery beyond the name reader, the recorder, the warm
+#: server, the plugins or the progress line: start-up cost is held by this
+#: structure, and a change to it is a change to this list.
+RUN_IMPORTS = {
+    "ppy": "_hook annotations artifact artifact.entry artifact.model artifact.payload "
+    "artifact.read cache cli cli.main commands commands.run config decision discovery "
+    "discovery.names errors kinds kinds.base kinds.dispatch kinds.fingerprint "
+    "kinds.jax_compat kinds.jax_export kinds.pytrees kinds.trace_config layout log "
+    "registry run run.binding run.collector run.import_hooks run.made run.program "
+    "run.shadow runtime spec warm warm.client warm.protocol xla",
+    "ppy_runtime_pjrt": "behind calls compile conditions dims eager guard pickled "
+    "placement unstaged",
+}
+
+
+def test_a_cold_run_imports_only_what_it_runs(built_example: Path, cache_dir: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "ppy", "run", "--no-build", "model.ppy"],
+        cwd=built_example,
+        env={**os.environ, "PPY_CACHE_DIR": str(cache_dir)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout == python(built_example / "model.ppy")
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
+    for package, names in RUN_IMPORTS.items():
+        ours = {m for m in imported if m.split(".")[0] == package and m != package}
+        assert sorted(ours) == sorted(f"{package}.{name}" for name in names.split()), package
+    others = {m.split(".")[0] for m in imported} & {"ppy_plugin_jax", "ppy_plugin_xla", "rich"}
+    assert not others
