@@ -164,7 +164,7 @@ def _suites(python: object) -> list[str]:
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
     """The suite, shared between the Pythons (``_suites``); a differential
-    test runs its program cold and warm (tests/fidelity/support.py's ``WARM``)."""
+    test runs its program cold and warm (tests/support/differential.py's ``WARM``)."""
     session.install(*PACKAGES, *MODEL_LIBRARIES, *TEST_TOOLS, *FAST_IMPORT)
     chosen = session.posargs or _suites(session.python)
     session.run("pytest", *XDIST, *chosen, env={"PPY_TESTS_WARM": "1"})

@@ -92,7 +92,7 @@ def stop_servers(cache: Path) -> None:
 def _stop_served() -> Iterator[None]:
     """Stop the warm servers a test's differential runs started, once it ends."""
     yield
-    from tests.fidelity.support import SERVED
+    from tests.support.differential import SERVED
 
     while SERVED:
         stop_servers(SERVED.pop())

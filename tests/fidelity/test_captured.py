@@ -11,7 +11,7 @@ import numpy as np
 from ppy.artifact.read import read_artifact
 
 from tests.conftest import run_ppy
-from tests.fidelity.support import differential, project
+from tests.support.differential import differential, project
 
 HEAD = """\
 from typing import Annotated

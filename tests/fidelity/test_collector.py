@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import run_ppy
-from tests.fidelity.support import WARM, differential, project
+from tests.support.differential import WARM, differential, project
 
 STAGED = """\
 import gc

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fidelity.support import differential, project
+from tests.support.differential import differential, project
 
 HEAD = """\
 from typing import Annotated

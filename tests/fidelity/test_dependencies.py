@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.conftest import run_ppy
-from tests.fidelity.support import differential, project
+from tests.support.differential import differential, project
 
 MODEL = """\
 from typing import Annotated

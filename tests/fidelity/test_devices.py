@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.conftest import PERMISSIONS, cpu_backend
-from tests.fidelity.support import differential, project
+from tests.support.differential import differential, project
 
 #: Two CPU devices, forced; and a TPU export that must fall back on the CPU.
 pytestmark = cpu_backend

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import PERMISSIONS, cpu_backend, run_ppy
-from tests.fidelity.support import project
+from tests.support.differential import project
 
 #: Two CPU devices a process, gloo collectives, a socket between the processes.
 pytestmark = cpu_backend

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ppy.artifact.read import read_artifact
 
-from tests.fidelity.support import differential, project
+from tests.support.differential import differential, project
 
 HEAD = """\
 from functools import partial

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.fidelity.support import differential, machine_noise, project
+from tests.support.differential import differential, machine_noise, project
 
 #: As jax 0.10.2 prints it on a TPU v5e host, the source line included.
 WARNING = (

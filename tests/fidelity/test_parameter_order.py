@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PERMISSIONS, run_ppy
-from tests.fidelity.support import differential, project
+from tests.support.differential import differential, project
 
 FOUR = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
 NAMES = ("z", "m", "a")

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import run_ppy
-from tests.fidelity.support import SERVED, WARM, differential, project
+from tests.support.differential import SERVED, WARM, differential, project
 
 STAGED = """\
 import os

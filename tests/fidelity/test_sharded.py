@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PERMISSIONS, cpu_backend, models, run_ppy
-from tests.fidelity.support import differential, project
+from tests.support.differential import differential, project
 
 #: Four devices are the CPU's, forced (``FOUR``): on an accelerator they are not there.
 pytestmark = cpu_backend

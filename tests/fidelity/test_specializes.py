@@ -7,7 +7,7 @@ from pathlib import Path
 from ppy.artifact.read import read_artifact
 
 from tests.conftest import PERMISSIONS, run_ppy
-from tests.fidelity.support import differential, project
+from tests.support.differential import differential, project
 
 PROGRAM = """\
 from typing import Annotated

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_ppy
-from tests.fidelity.support import project
+from tests.support.differential import project
 
 #: One function staged, one left to the recording; each run prints on both
 #: streams, then ends as its argument says.

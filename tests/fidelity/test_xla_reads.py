@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.conftest import PERMISSIONS
-from tests.fidelity.support import differential, project
+from tests.support.differential import differential, project
 
 FORCED = PERMISSIONS + "\n[tool.ppy.plugins.xla]\nforce-staging = true\n"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.conftest import models, run_ppy
-from tests.fidelity.support import differential, project
+from tests.support.differential import differential, project
 
 pytestmark = models
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from tests.conftest import run_ppy
-from tests.fidelity.support import differential, project
+from tests.support.differential import differential, project
 
 PROGRAM = """\
 import jax

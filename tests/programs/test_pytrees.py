@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.conftest import models
-from tests.fidelity.support import differential, project
+from tests.support.differential import differential, project
 
 CLASSES = """\
 from dataclasses import dataclass, field

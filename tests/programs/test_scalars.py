@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.conftest import run_ppy
-from tests.fidelity.support import differential, project
+from tests.support.differential import differential, project
 
 STEPS = """\
 from typing import Annotated

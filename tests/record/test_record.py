@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import PERMISSIONS
-from tests.fidelity.support import differential
+from tests.support.differential import differential
 
 TRAIN = """
 import sys

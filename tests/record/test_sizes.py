@@ -16,8 +16,8 @@ from pathlib import Path
 
 from ppy.artifact.read import read_artifact
 
-from tests.fidelity.support import differential
 from tests.record.test_record import _file, _ppy, _project
+from tests.support.differential import differential
 
 DEPENDENT = """
 import sys

@@ -1,0 +1,1 @@
+"""Helpers the suites share: ``differential`` (a program under python and under ppy run)."""
