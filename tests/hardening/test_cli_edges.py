@@ -22,6 +22,7 @@ import pytest
 from ppy import __version__
 
 from tests.hardening.support import ROOT, copy_example, ppy
+from tests.support.terminal import read_until_closed
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -45,18 +46,9 @@ def _on_a_terminal(args: list[str], env: dict[str, str]) -> str:
         env={**os.environ, **env},
     )
     os.close(follower)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(leader, 1 << 16)
-        except OSError:  # EIO: the terminal's other end closed
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(leader)
+    written = read_until_closed(leader)
     assert process.wait(timeout=120) == 0
-    return b"".join(chunks).decode("utf-8", "replace")
+    return written.decode("utf-8", "replace")
 
 
 def version(root: Path) -> None:

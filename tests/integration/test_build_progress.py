@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PERMISSIONS, write_project
+from tests.support.terminal import read_until_closed
 
 pytestmark = pytest.mark.slow
 
@@ -97,20 +98,11 @@ def _build_on_a_terminal(root: Path, cache: Path, *options: str) -> tuple[int, s
         stderr=follower,
     )
     os.close(follower)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(leader, 1 << 16)
-        except OSError:  # EIO: the terminal's other end closed
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(leader)
+    written = read_until_closed(leader)
     assert process.stdout is not None
     stdout = process.stdout.read().decode()
     process.stdout.close()
-    return process.wait(timeout=300), b"".join(chunks).decode(), stdout
+    return process.wait(timeout=300), written.decode(), stdout
 
 
 def _build_in_pipes(root: Path, cache: Path) -> subprocess.CompletedProcess[str]:

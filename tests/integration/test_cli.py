@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import BuiltExample
+from tests.support.terminal import read_until_closed
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
 Built = Callable[[str], BuiltExample]
@@ -193,18 +194,9 @@ def _stdout_on_a_terminal(args: list[str], env: dict[str, str]) -> str:
         env={**os.environ, **env},
     )
     os.close(follower)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(leader, 1 << 16)
-        except OSError:  # EIO: the terminal's other end closed
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(leader)
+    written = read_until_closed(leader)
     assert process.wait(timeout=120) == 0
-    return b"".join(chunks).decode().replace("\r\n", "\n")
+    return written.decode().replace("\r\n", "\n")
 
 
 def test_a_build_line_is_whole_in_a_pipe_and_fits_a_terminal(
