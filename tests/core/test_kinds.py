@@ -134,6 +134,7 @@ def test_the_manifest_fields_are_the_documented_ones() -> None:
     assert set(EXPORT.to_metadata()) == {
         "calling_convention",
         "constraints",
+        "compared_on",
         "captures",
         "trace_config",
         "in_shardings",

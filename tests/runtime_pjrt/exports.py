@@ -83,6 +83,8 @@ def make_entry(
         traced=tuple(names),
         static=(),
         variants=(variant,),
+        # As a build on this machine would: it compiles a symbolic export here.
+        compared_on=(jax.export.default_export_platform(),),
     )
     return Entry(
         module=module,

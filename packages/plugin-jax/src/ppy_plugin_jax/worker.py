@@ -465,6 +465,11 @@ def _export_variants(
         trace_config=traced_under,
         mesh=inputs.mesh,
         constraints=inputs.constraints,
+        # _compiles_as_jit compiled every symbolic variant here, for this
+        # machine's platform only.
+        compared_on=(jax.export.default_export_platform(),)
+        if any(v.uses_shape_polymorphism for v, _ in variants)
+        else (),
     )
     payload = contract.to_payload()
     shown = [s["shown"] for s in inputs.specs]

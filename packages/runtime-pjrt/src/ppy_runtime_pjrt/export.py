@@ -501,17 +501,33 @@ def _backends_started() -> bool:
     return True if started is None else bool(started())
 
 
-def _platform_reason(entry: Entry, exported: Any) -> str | None:
+def _platform_reason(
+    entry: Entry, contract: JaxExport, variant: Variant, exported: Any
+) -> str | None:
+    """Why this process's platform cannot run ``variant``, or None.
+
+    Besides a platform the export was not made for: a variant with symbolic
+    dims on a platform the build did not compile it for (``compared_on``).
+    There XLA would compile it unchecked against jit, which may inline what
+    jit keeps apart and round otherwise (``ppy_plugin_jax.refinement``).
+    """
     import jax
 
     here = jax.export.default_export_platform()
     platforms = tuple(exported.platforms) or tuple(entry.platforms)
-    if here in platforms:
-        return None
-    return (
-        f"exported for {', '.join(platforms)}, but this process runs on {here} "
-        f"(jax.default_backend() is {jax.default_backend()!r})"
-    )
+    if here not in platforms:
+        return (
+            f"exported for {', '.join(platforms)}, but this process runs on {here} "
+            f"(jax.default_backend() is {jax.default_backend()!r})"
+        )
+    if variant.uses_shape_polymorphism and here not in contract.compared_on:
+        built = ", ".join(contract.compared_on) or "no platform"
+        return (
+            f"exported with symbolic dims and compared with jit on {built} only: on {here}, "
+            "XLA could compile it to another program than the jitted function; build on "
+            f"{here}, or give the dims fixed sizes"
+        )
+    return None
 
 
 def _check_description(variant: Variant, exported: Any) -> None:
@@ -659,7 +675,7 @@ class ExportRuntime:
         # the first call asks instead.
         deferred = not _backends_started()
         if not deferred:
-            reason = _platform_reason(entry, exported)
+            reason = _platform_reason(entry, contract, variant, exported)
             if reason is not None:
                 raise NotBound(reason)
         _check_description(variant, exported)
@@ -683,7 +699,9 @@ class ExportRuntime:
         placement = Placement(mesh, variant.inputs) if mesh is not None else None
         staged = Staged(variant, exported, guard, entry.module, placement)
         if deferred:
-            staged.platform = functools.partial(_platform_reason, entry, exported)
+            staged.platform = functools.partial(
+                _platform_reason, entry, contract, variant, exported
+            )
         return staged
 
 

@@ -98,7 +98,7 @@ class JaxExport(Kind):
     #: ``jax.export.Exported.serialize()`` bytes; ``stablehlo``, the module's
     #: text, UTF-8, for people and tools (the runtime reads ``export``).
     MEMBERS: ClassVar[tuple[str, ...]] = ("export", "stablehlo")
-    CONVENTION: ClassVar[int] = 7
+    CONVENTION: ClassVar[int] = 8
     #: How the inputs are laid out: on one device, or over ``mesh``.
     IN_SHARDINGS: ClassVar[tuple[str, ...]] = ("replicated", "mesh")
     #: The most variants one entry holds (the product of its static choices).
@@ -117,11 +117,17 @@ class JaxExport(Kind):
     #: What the export assumes of its symbols (``"F <= N"``), as jax.export's
     #: symbolic constraints: a call where one does not hold is jit's.
     constraints: tuple[str, ...] = ()
+    #: The platforms on which the build compiled each variant with symbolic
+    #: dims and found it the program jit compiles (``ppy_plugin_jax.refinement``):
+    #: the build machine's. On another platform of the export's list XLA
+    #: would compile it unchecked, and such a variant is not served there.
+    compared_on: tuple[str, ...] = ()
 
     def to_metadata(self) -> dict[str, Any]:
         return {
             "calling_convention": self.CONVENTION,
             "constraints": list(self.constraints),
+            "compared_on": list(self.compared_on),
             "captures": [c.to_json() for c in self.captures],
             "trace_config": dict(sorted(self.trace_config.items())),
             "in_shardings": "replicated" if self.mesh is None else "mesh",
@@ -168,6 +174,7 @@ class JaxExport(Kind):
             trace_config=fields.text_map("trace_config"),
             mesh=mesh,
             constraints=fields.texts("constraints"),
+            compared_on=fields.texts("compared_on"),
         )
 
 
