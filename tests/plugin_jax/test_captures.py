@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -76,7 +75,7 @@ def direct(x):
 
 
 def in_a_comprehension(x):
-    return sum(x * v for v in [W])
+    return sum(v * W for v in [x])
 
 
 def through_a_module(x):
