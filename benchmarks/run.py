@@ -31,6 +31,7 @@ from typing import Any
 
 from ppybench import (
     build_time,
+    empty,
     floor,
     overhead,
     plots,
@@ -70,6 +71,7 @@ CASES: dict[str, Callable[[Path, Plan], list[Comparison]]] = {
     "sharded": lambda scratch, plan: programs.sharded(scratch, plan.startup_rounds),
     "record": lambda scratch, plan: programs.recording(scratch, plan.startup_rounds),
     "unannotated": lambda scratch, plan: programs.optax_unannotated(scratch, plan.startup_rounds),
+    "empty": lambda scratch, plan: empty.empty_program(scratch, plan.startup_rounds),
 }
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "build_function",
     "build_project",
     "deep_model",
+    "empty_program",
     "optax_training",
     "overhead",
     "page_example",
@@ -219,6 +220,11 @@ def recorded_example(root: Path) -> Path:
         REPOSITORY / "examples" / "80_recorded", root, ignore=shutil.ignore_patterns(".ppy")
     )
     return root
+
+
+def empty_program(root: Path) -> Path:
+    """A project whose program only prints: what is left is the runner's own cost."""
+    return _project(root, "empty", {"model.ppy": 'print("hi")\n'})
 
 
 def page_example(root: Path) -> Path:

@@ -24,8 +24,10 @@ def unmapped(text: str) -> list[str]:
     for source in SOURCES:
         for module in sorted(source.rglob("*.py")):
             relative = module.relative_to(source).as_posix()
-            if module.name != "__init__.py" and f"`{relative}`" not in text and (
-                f"`{module.name}`" not in text
+            if (
+                module.name != "__init__.py"
+                and f"`{relative}`" not in text
+                and (f"`{module.name}`" not in text)
             ):
                 missing.append(f"{source.name}/{relative}")
     for test in sorted((ROOT / "tests").rglob("test_*.py")):

@@ -305,7 +305,8 @@ def test_the_stack_above_the_program_is_ppys_fewest_frames(tmp_path: Path) -> No
     ``ppy run`` something has to call the program's code, and a frame cannot be
     taken out of the chain: the stack shows the program's own frames as python
     does, and above them only the outermost module frame and
-    ``ppy.cli.main.main``, which runs the program's code itself
+    ``ppy.cli.main.main`` (a warm child's ``ppy.commands.run.run``), which
+    runs the program's code itself
     (docs/limitations.md). That module frame is the ``ppy`` script's, or a warm
     server's ``-c`` entry; ``python -m ppy`` adds runpy's two frames and
     ``ppy/__main__.py`` above it."""
@@ -331,11 +332,13 @@ def test_the_stack_above_the_program_is_ppys_fewest_frames(tmp_path: Path) -> No
     )
     assert python == {"module": [], "function": [], "f_back": None, "length": 1}
 
-    def above(*frames: str) -> dict[str, object]:
-        named = [*frames, "main.py:main"]
-        return {"module": named, "function": named, "f_back": "main", "length": len(named) + 1}
+    def above(*frames: str, runner: str = "main.py:main") -> dict[str, object]:
+        named = [*frames, runner]
+        back = runner.rpartition(":")[2]
+        return {"module": named, "function": named, "f_back": back, "length": len(named) + 1}
 
-    served = above("<string>:<module>")
+    # A warm child runs the request the client parsed: the run command, not the CLI.
+    served = above("<string>:<module>", runner="run.py:run")
     assert (script_cold, script_warm, warm) == (above("ppy:<module>"), served, served)
     runpy = ["<frozen runpy>:_run_module_as_main", "<frozen runpy>:_run_code"]
     assert cold == above(*runpy, "__main__.py:<module>")

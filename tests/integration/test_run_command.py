@@ -189,7 +189,7 @@ RUN_IMPORTS = {
     "artifact.read cache cli cli.main commands commands.run config decision discovery "
     "discovery.names errors kinds kinds.base kinds.dispatch kinds.fingerprint "
     "kinds.jax_compat kinds.jax_export kinds.pytrees kinds.trace_config layout log "
-    "registry run run.binding run.collector run.import_hooks run.made run.program "
+    "registry request run run.binding run.collector run.import_hooks run.made run.program "
     "run.shadow runtime spec warm warm.client warm.protocol xla",
     "ppy_runtime_pjrt": "behind calls compile conditions dims eager guard pickled "
     "placement unstaged",

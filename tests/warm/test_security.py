@@ -153,7 +153,8 @@ def test_a_request_with_another_key_is_sent_cold(tmp_path: Path) -> None:
     with servers(root, tmp_path / "cache") as warm:
         warm.warm()
         request = (
-            b'{"op":"run","key":"' + b"0" * 64 + b'","ppy_argv":["run","model.ppy"],'
+            b'{"op":"run","key":"' + b"0" * 64 + b'","run":{"program":"model.ppy",'
+            b'"argv":[],"build":true,"warm":true,"verbosity":0,"log_format":"console"},'
             b'"orig_argv":[],"stdio":[0,1,2],"env":{},"umask":18,"ignored":[]}'
         )
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
@@ -227,3 +228,28 @@ def test_a_slow_client_does_not_hold_the_server(tmp_path: Path) -> None:
             sender.join()
             slow.close()
         assert warm.servers()[0]["served"] == 2
+
+
+def test_a_run_request_carries_the_run_parsed_once_and_nothing_to_parse() -> None:
+    """The child runs the request the client's command line was parsed into:
+    a run comes as typed fields, each checked, never as ppy arguments to
+    parse a second time."""
+    from ppy.request import RunRequest
+    from ppy.warm.protocol import ProtocolError, Request, parse_request
+
+    run = RunRequest("model.ppy", ("a b", "--", "-v"), build=False, warm=True, verbosity=1)
+    message = Request("run", key="0" * 64, run=run, env={}).to_json()
+    assert parse_request(message).run == run
+    as_argv = {**message, "ppy_argv": ["run", "model.ppy"]}
+    del as_argv["run"]
+    with pytest.raises(ProtocolError, match="unknown fields: 'ppy_argv'"):
+        parse_request(as_argv)
+    for field, value, said in (
+        ("build", "yes", "run.build is not a boolean"),
+        ("verbosity", 7, "run.verbosity"),
+        ("log_format", "xml", "run.log_format"),
+        ("argv", ["a", 1], "run.argv"),
+    ):
+        broken = {**message, "run": {**message["run"], field: value}}
+        with pytest.raises(ProtocolError, match=said):
+            parse_request(broken)

@@ -285,15 +285,15 @@ def _version() -> str:
     return f"ppy {__version__} (python {platform.python_version()})"
 
 
-def main(argv: Sequence[str] | None = None, *, warm: bool | None = None) -> int:
-    """The command's exit code. ``warm=False``: ``ppy run`` runs here, whatever
-    the flag, variable and setting say (a warm server's child is the run).
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command's exit code.
 
     The program of ``ppy run`` runs in this frame, not in one a call deeper:
     the frames a program sees above its own are the caller's (the ``ppy``
-    script's, the warm server's entry) and this one, and no more."""
+    script's) and this one, and no more. A warm server's child runs it in
+    ``ppy.commands.run.run`` instead, from the request this parsed."""
     try:
-        program = _main(list(sys.argv[1:] if argv is None else argv), warm)
+        program = _main(list(sys.argv[1:] if argv is None else argv))
         if isinstance(program, int):
             return program
         with program as run:
@@ -308,18 +308,18 @@ def main(argv: Sequence[str] | None = None, *, warm: bool | None = None) -> int:
         return 128 + signal.SIGPIPE
 
 
-def _main(argv: list[str], warm: bool | None) -> int | Program:
+def _main(argv: list[str]) -> int | Program:
     """The command's exit code; for ``ppy run``, the program ready to run."""
     args = _parser().parse_args(argv)
     from ppy.log import configure
 
-    verbosity = -1 if getattr(args, "quiet", False) else getattr(args, "verbose", 0)
+    verbosity = -1 if getattr(args, "quiet", False) else min(getattr(args, "verbose", 0), 2)
     configure(verbosity, getattr(args, "log_format", "console"))
     try:
         if args.command == "build":
             return _build(args)
         if args.command == "run":
-            return _run(args, argv, warm)
+            return _run(args, verbosity)
         if args.command == "server":
             return _server(args)
         if args.command == "record":
@@ -390,22 +390,33 @@ def _columns() -> int | None:
     return shutil.get_terminal_size().columns
 
 
-def _run(args: argparse.Namespace, argv: list[str], warm: bool | None) -> int | Program:
+def _run(args: argparse.Namespace, verbosity: int) -> int | Program:
     """A warm run's exit code, or the program ready to run here."""
-    from ppy.commands.run import launch  # for start-up speed, as every command
+    from ppy.request import RunRequest
 
+    request = RunRequest(
+        program=args.program,
+        argv=tuple(args.args),
+        build=not args.no_build,
+        warm=args.warm,
+        verbosity=verbosity,
+        log_format=getattr(args, "log_format", "console"),
+    )
     config = None
-    program = Path(args.program)
-    if warm is not False and args.warm is not False and program.is_file():
+    if request.warm is not False and Path(request.program).is_file():
+        # Here for start-up speed: a warm run imports what it needs to decide
+        # and connect, and the run command only if it goes cold.
         from ppy.config import load_config
         from ppy.warm.client import run_warm, wants_warm
 
-        config = load_config(program)
-        if wants_warm(args.warm, config):
-            code = run_warm(config, program, argv)
+        config = load_config(Path(request.program))
+        if wants_warm(request.warm, config):
+            code = run_warm(config, request)
             if code is not None:
                 return code
-    return launch(args.program, list(args.args), build=not args.no_build, config=config)
+    from ppy.commands.run import launch  # for start-up speed, as every command
+
+    return launch(request, config=config)
 
 
 def _server(args: argparse.Namespace) -> int:

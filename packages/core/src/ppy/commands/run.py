@@ -10,6 +10,9 @@ program runs with whatever could be bound, the rest as ordinary calls.
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,7 +20,7 @@ from typing import TYPE_CHECKING
 from ppy.config import load_config
 from ppy.decision import Outcome, nothing_staged
 from ppy.errors import ConfigError, PpyError, UsageError
-from ppy.log import get_logger
+from ppy.log import configure, get_logger
 from ppy.run.collector import set_aside
 from ppy.run.program import Program
 from ppy.run.shadow import unless_shadowed
@@ -28,9 +31,10 @@ if TYPE_CHECKING:
     from ppy.artifact.model import Artifact
     from ppy.build.pipeline import Project
     from ppy.config import Config
+    from ppy.request import RunRequest
     from ppy.runtime import Runtime
 
-__all__ = ["Prepared", "launch", "prepare"]
+__all__ = ["Prepared", "launch", "prepare", "run"]
 
 
 @dataclass(frozen=True)
@@ -43,18 +47,46 @@ class Prepared:
     runtimes: Mapping[str, Runtime]
 
 
-def launch(
-    program: str, argv: list[str], *, build: bool = True, config: Config | None = None
-) -> Program:
-    """``ppy run PROGRAM ARGV``: prepare, and give the program ready to run
-    (the caller runs it, in its own frame: ``ppy.run.program.Program``).
-    ``program`` is the path as typed, which the program sees as ``sys.argv[0]``;
+def run(request: RunRequest) -> int:
+    """``ppy run`` as a warm server's child runs it: the request the client
+    parsed, run here, cold, whatever its warm wish (this process is the warm
+    run). Its exit code, as ``ppy.cli.main.main`` gives it.
+
+    The program runs in this frame, as ``ppy.cli.main.main`` runs it in its
+    own: called from the server's entry, the frames a program sees above its
+    own are the entry's and this one, as under the ``ppy`` script."""
+    configure(request.verbosity, request.log_format)
+    try:
+        program = launch(request)
+    except PpyError as error:
+        if sys.stderr is not None:
+            print(f"ppy: error: {error}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        return 130
+    try:
+        with program as ran:
+            ran()
+        return program.end()
+    except BrokenPipeError:
+        # As ``ppy.cli.main.main`` does: the reader went away; stop quietly.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 128 + signal.SIGPIPE
+
+
+def launch(request: RunRequest, *, config: Config | None = None) -> Program:
+    """Prepare ``request``'s run, and give the program ready to run (the
+    caller runs it, in its own frame: ``ppy.run.program.Program``). The
+    program is the path as typed, which the program sees as ``sys.argv[0]``;
     ``config``, the program's configuration where it was read already."""
-    prepared = prepare(Path(program), build=build, config=config)
-    unless_shadowed(program, argv)
+    prepared = prepare(Path(request.program), build=request.build, config=config)
+    argv = list(request.argv)
+    unless_shadowed(request.program, argv)
     set_aside(prepared.root)
     return Program(
-        program,
+        request.program,
         argv,
         artifact=prepared.artifact,
         runtimes=prepared.runtimes,

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ppy.warm.protocol import FORWARDED
 
 if TYPE_CHECKING:
+    from ppy.request import RunRequest
     from ppy.warm.server import Job
 
 __all__ = ["become"]
@@ -36,13 +37,15 @@ __all__ = ["become"]
 _PR_SET_PDEATHSIG = 1
 
 
-def become(job: Job) -> list[str]:
-    """Take the request as this process's own; the ``ppy`` arguments to run.
-    The server's entry runs them, so the program's frame is as near the top
-    of the stack as under the ``ppy`` script (``ppy.warm.server.ENTRY``)."""
+def become(job: Job) -> RunRequest:
+    """Take the request as this process's own; the run it asks for. The
+    server's entry hands it to ``ppy.commands.run.run``, so the program's
+    frame is as near the top of the stack as under the ``ppy`` script
+    (``ppy.warm.server.ENTRY``)."""
     from ppy.warm.watch import Watch
 
     request = job.request
+    assert request.run is not None  # a run request has one (``parse_request``)
     parent = os.getppid()
     _die_with(parent)
     with contextlib.suppress(OSError):
@@ -72,7 +75,7 @@ def become(job: Job) -> list[str]:
     sys.orig_argv[:] = list(request.orig_argv)
     _fresh_randomness()
     watch.install()
-    return list(request.ppy_argv)
+    return request.run
 
 
 def _die_with(parent: int) -> None:

@@ -28,6 +28,7 @@ from ppy.warm.protocol import FORWARDED, ProtocolError, Request, receive, send
 
 if TYPE_CHECKING:
     from ppy.config import Config
+    from ppy.request import RunRequest
     from ppy.warm.key import Key
     from ppy.warm.place import Place
 
@@ -70,11 +71,11 @@ def wants_warm(flag: bool | None, config: Config) -> bool:
     return config.run.warm
 
 
-def run_warm(config: Config, program: Path, ppy_argv: Sequence[str]) -> int | None:
-    """Serve the run of ``program`` from the warm server: its exit code, or
-    None to run cold (a warning has said why)."""
+def run_warm(config: Config, run: RunRequest) -> int | None:
+    """Serve ``run`` from the warm server: its exit code, or None to run
+    cold (a warning has said why)."""
     try:
-        return _serve(config, program, ppy_argv)
+        return _serve(config, run)
     except Cold as why:
         from ppy.log import get_logger
 
@@ -82,7 +83,7 @@ def run_warm(config: Config, program: Path, ppy_argv: Sequence[str]) -> int | No
         return None
 
 
-def _serve(config: Config, program: Path, ppy_argv: Sequence[str]) -> int:
+def _serve(config: Config, run: RunRequest) -> int:
     if not sys.platform.startswith("linux"):
         raise Cold(
             f"warm start runs on Linux only, not {sys.platform}",
@@ -90,7 +91,7 @@ def _serve(config: Config, program: Path, ppy_argv: Sequence[str]) -> int:
         )
     from ppy.warm.source import environment_write
 
-    written = environment_write(program)
+    written = environment_write(Path(run.program))
     if written is not None:
         raise Cold(written)
     stdio = tuple(fd for fd in (0, 1, 2) if _is_open(fd))
@@ -107,7 +108,7 @@ def _serve(config: Config, program: Path, ppy_argv: Sequence[str]) -> int:
     request = Request(
         op="run",
         key=key.digest,
-        ppy_argv=tuple(ppy_argv),
+        run=run,
         orig_argv=tuple(sys.orig_argv),
         stdio=stdio,
         env=dict(os.environ),

@@ -29,6 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ppy.request import RunRequest
+
 __all__ = [
     "FORWARDED",
     "MAX_DEPTH",
@@ -95,13 +97,16 @@ class ProtocolError(Exception):
 class Request:
     """A checked request. ``op`` is ``run`` (with the rest), ``status`` or ``stop``.
 
+    ``run`` is the run as the client's command line asked for it, parsed
+    there once; the child runs it as it is.
+
     ``stdio`` names the standard streams the client has open, in order (a
     closed one stays closed in the run); their descriptors come with the
     request, then the working folder's."""
 
     op: str
     key: str = ""
-    ppy_argv: tuple[str, ...] = ()
+    run: RunRequest | None = None
     orig_argv: tuple[str, ...] = ()
     stdio: tuple[int, ...] = (0, 1, 2)
     env: Mapping[str, str] | None = None
@@ -112,7 +117,7 @@ class Request:
         return {
             "op": self.op,
             "key": self.key,
-            "ppy_argv": list(self.ppy_argv),
+            "run": None if self.run is None else self.run.to_json(),
             "orig_argv": list(self.orig_argv),
             "stdio": list(self.stdio),
             "env": dict(self.env or {}),
@@ -284,13 +289,16 @@ def parse_request(message: Mapping[str, Any]) -> Request:
     key = message.get("key")
     if not isinstance(key, str) or len(key) != 64:
         raise ProtocolError("key is not a digest")
-    ppy_argv = _items(message.get("ppy_argv"), "ppy_argv", str)
-    if not ppy_argv:
-        raise ProtocolError("ppy_argv is empty")
+    try:
+        run = RunRequest.from_json(message.get("run"))
+    except ValueError as error:
+        raise ProtocolError(str(error)) from None
+    if not all(map(_encodable, (run.program, *run.argv))):
+        raise ProtocolError("run holds an argument the OS cannot take")
     return Request(
         op="run",
         key=key,
-        ppy_argv=ppy_argv,
+        run=run,
         orig_argv=_items(message.get("orig_argv"), "orig_argv", str),
         stdio=stdio,
         env=dict(env),

@@ -608,17 +608,18 @@ def main(argv: list[str]) -> Job | None:
 
 
 #: What the server's interpreter runs, as ``python -c ENTRY FOLDER NAME DIGEST
-#: ROOT IDLE [PRELOAD...]``. In a forked child ``ppy.cli.main.main``, which
-#: runs the program in its own frame, is called from this module frame: the
-#: frames a program sees above its own are these two, as under the ``ppy``
-#: script (``-m`` would add runpy's two and this module's). ``-c`` puts ""
+#: ROOT IDLE [PRELOAD...]``. In a forked child ``ppy.commands.run.run``, which
+#: runs the program in its own frame, is called from this module frame with
+#: the request the client parsed: the frames a program sees above its own are
+#: these two, as under the ``ppy`` script (``-m`` would add runpy's two and
+#: this module's), and the command line is not parsed again. ``-c`` puts ""
 #: first on ``sys.path``, where the child puts the script's folder.
 ENTRY = """\
 import sys
 from ppy.warm.server import main as serve
 job = serve(sys.argv[1:])
 if job is not None:
-    from ppy.cli.main import main
+    from ppy.commands.run import run
     from ppy.warm.child import become
-    sys.exit(main(become(job), warm=False))
+    sys.exit(run(become(job)))
 """
