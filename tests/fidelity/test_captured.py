@@ -142,6 +142,42 @@ print(score(jnp.ones((2, 4), jnp.float32)), helper.tagged(jnp.ones((3, 4), jnp.f
     assert not compared.fallbacks()
 
 
+def test_a_function_called_by_two_names_is_compared_under_each(tmp_path: Path) -> None:
+    """``scale`` and ``helper.scale`` are one function when the build traces;
+    the program rebinds one name only, and python calls the new function
+    there: each name a staged function reaches a function by is compared."""
+    root = project(
+        tmp_path / "p",
+        {
+            "helper.ppy": "def scale(x):\n    return x * 2.0\n",
+            "model.ppy": HEAD
+            + """
+import helper
+from helper import scale
+
+@jax.jit
+def score(x: Batch) -> jax.Array:
+    return (scale(x) + helper.scale(x)).sum(axis=-1)
+
+if __name__ == "__main__":
+    import sys
+    if sys.argv[1:] == ["module"]:
+        helper.scale = lambda x: x * 3.0
+    if sys.argv[1:] == ["imported"]:
+        scale = lambda x: x * 3.0
+    print(score(jnp.ones((2, 4), jnp.float32)))
+""",
+        },
+    )
+    _build(root, tmp_path / "c")
+    assert differential(root, cache=tmp_path / "c", build=False).staged_calls("score") == 1
+    for argv in ("module", "imported"):
+        compared = differential(root, argv, cache=tmp_path / "c", build=False)
+        assert compared.staged_calls("score") == 0, argv
+        (fallback,) = compared.fallbacks()
+        assert fallback["category"] == "captured", fallback
+
+
 def test_a_helper_modules_attribute_and_a_called_functions_global(tmp_path: Path) -> None:
     root = project(
         tmp_path / "p",

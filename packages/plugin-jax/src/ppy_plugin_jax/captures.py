@@ -132,13 +132,15 @@ class _Scan:
         self.found[path] = Captured(path, name, digest)
 
     def function(self, fn: types.FunctionType, path: tuple[str, ...]) -> None:
-        if fn.__code__ in self.followed:
-            return
-        self.followed.add(fn.__code__)
         # Not ``__name__``: the program's is traced as ``__main__``.
         owner = str(fn.__module__ or fn.__globals__.get("__name__", "?"))
-        if path:  # a function it calls: its defaults and closure count too
+        if path:  # a function it calls: its code, defaults and closure count too
+            # At every name it is reached by (``scale`` and ``helper.scale``):
+            # a program may rebind one and not the other.
             self.record((*path, DEFAULTS), f"{owner}.{fn.__qualname__}", defaults(fn))
+        if fn.__code__ in self.followed:
+            return  # what it reads is recorded under the first name
+        self.followed.add(fn.__code__)
         for chain in sorted(set(_chains(fn.__code__))):
             head = chain[0]
             if head not in fn.__globals__:
