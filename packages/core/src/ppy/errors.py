@@ -6,7 +6,11 @@ nothing that reaches a user as a ``PpyError`` prints a traceback.
 
 from __future__ import annotations
 
-__all__ = ["ArtifactError", "ConfigError", "PpyError", "UsageError"]
+import os
+import signal
+import sys
+
+__all__ = ["ArtifactError", "ConfigError", "PpyError", "UsageError", "reader_gone"]
 
 
 class PpyError(Exception):
@@ -60,3 +64,13 @@ class ArtifactError(PpyError):
         super().__init__(f"{where}: {message}", remedy=remedy)
         self.path = path
         self.member = member
+
+
+def reader_gone() -> int:
+    """The exit status after stdout's reader went away (``ppy inspect --json
+    | head``): stdout now writes to nothing, so Python's exit-time flush does
+    not complain, and the status is the SIGPIPE death coreutils report."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE

@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ppy.errors import PpyError, UsageError
+from ppy.errors import PpyError, UsageError, reader_gone
 
 if TYPE_CHECKING:
     from ppy.run.program import Program
@@ -300,12 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             run()
         return program.end()
     except BrokenPipeError:
-        # The reader went away (`ppy inspect --json | head`): stop quietly, as
-        # coreutils do, and keep Python's exit-time flush from complaining.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        return 128 + signal.SIGPIPE
+        return reader_gone()
 
 
 def _main(argv: list[str]) -> int | Program:

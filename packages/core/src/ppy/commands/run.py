@@ -10,8 +10,6 @@ program runs with whatever could be bound, the rest as ordinary calls.
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from ppy.config import load_config
 from ppy.decision import Outcome, nothing_staged
-from ppy.errors import ConfigError, PpyError, UsageError
+from ppy.errors import ConfigError, PpyError, UsageError, reader_gone
 from ppy.log import configure, get_logger
 from ppy.run.collector import set_aside
 from ppy.run.program import Program
@@ -69,11 +67,7 @@ def run(request: RunRequest) -> int:
             ran()
         return program.end()
     except BrokenPipeError:
-        # As ``ppy.cli.main.main`` does: the reader went away; stop quietly.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        return 128 + signal.SIGPIPE
+        return reader_gone()
 
 
 def launch(request: RunRequest, *, config: Config | None = None) -> Program:
