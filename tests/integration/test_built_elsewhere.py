@@ -12,7 +12,6 @@ python prints through the jitted path, with the reason.
 from __future__ import annotations
 
 import dataclasses
-import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -21,13 +20,9 @@ from ppy.artifact.read import read_artifact
 from ppy.artifact.write import write_artifact
 
 from tests.conftest import BuiltExample
+from tests.support.events import json_events
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
-
-
-def _events(stderr: str, name: str) -> list[dict[str, object]]:
-    events = (json.loads(line) for line in stderr.splitlines() if line.startswith("{"))
-    return [e for e in events if e.get("event") == name]
 
 
 def test_a_symbolic_export_compared_on_another_platform_is_not_served_here(
@@ -41,7 +36,7 @@ def test_a_symbolic_export_compared_on_another_platform_is_not_served_here(
 
     here = ppy(*run, cwd=built_example)
     assert (here.returncode, here.stdout) == (0, expected), here.stderr
-    assert not _events(here.stderr, "run.fallback")
+    assert not json_events(here.stderr, "run.fallback")
 
     elsewhere = dataclasses.replace(
         built,
@@ -53,7 +48,7 @@ def test_a_symbolic_export_compared_on_another_platform_is_not_served_here(
     write_artifact(elsewhere, artifact)
     there = ppy(*run, cwd=built_example)
     assert (there.returncode, there.stdout) == (0, expected), there.stderr
-    fallbacks = _events(there.stderr, "run.fallback")
+    fallbacks = json_events(there.stderr, "run.fallback")
     assert {e["function"] for e in fallbacks} == {"normalize", "score"}, there.stderr
     for fallback in fallbacks:
         assert fallback["category"] == "platform"

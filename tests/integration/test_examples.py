@@ -37,6 +37,7 @@ from tests.conftest import (
     uses_host_devices,
     uses_model_library,
 )
+from tests.support.events import json_events
 
 NUMBERED = sorted(
     p
@@ -82,14 +83,8 @@ def _python(program: Path, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _events(stderr: str, name: str) -> list[dict[str, object]]:
-    """The JSON events on ``stderr`` named ``name`` (every one for "")."""
-    events = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
-    return [e for e in events if e["event"] == name or not name]
-
-
 def _bound(stderr: str) -> set[str]:
-    return {str(e["function"]) for e in _events(stderr, "run.bind")}
+    return {str(e["function"]) for e in json_events(stderr, "run.bind")}
 
 
 def test_every_numbered_example_has_a_readme_and_a_pyproject() -> None:
@@ -155,7 +150,7 @@ def test_ppy_run_prints_what_python_prints(
     assert _bound(staged.stderr), "nothing was staged and bound"
     # An example's program changes nothing its traces read: none may fall
     # back for a captured value or the configuration.
-    odd = [e for e in _events(staged.stderr, "run.fallback") if e["category"] in CONDITIONS]
+    odd = [e for e in json_events(staged.stderr, "run.fallback") if e["category"] in CONDITIONS]
     assert not odd, odd
     # From a warm server, what the first run compiled that stayed unstaged
     # (eager ops, unstaged jits) is loaded from the cache; an eager op is not
@@ -165,11 +160,11 @@ def test_ppy_run_prints_what_python_prints(
     finally:
         stop_servers(run.cache)
     assert warm.stdout == plain.stdout
-    loud = [e for e in _events(warm.stderr, "") if e["level"] not in ("debug", "info")]
+    loud = [e for e in json_events(warm.stderr, "") if e["level"] not in ("debug", "info")]
     assert not loud, "a run with a current artifact should say nothing"
     assert not [line for line in warm.stderr.splitlines() if not line.startswith("{")]
-    compiled = _events(staged.stderr, "cache.unstaged")
-    loaded = _events(warm.stderr, "cache.unstaged")
+    compiled = json_events(staged.stderr, "cache.unstaged")
+    loaded = json_events(warm.stderr, "cache.unstaged")
     assert len(loaded) == len(compiled)
     assert all(e["source"] == "cache" for e in loaded), loaded
     if "import jax" in program.read_text():  # a program of jax does eager ops
@@ -272,9 +267,9 @@ def test_the_readme_quotes_what_ppy_prints(
                 wrong.append(f"{quote} (not what {where} checks)")
             continue
         if quote.startswith("build."):
-            logged = _events(build.stderr, "")
+            logged = json_events(build.stderr, "")
         else:
-            logged = _events(example_runs(example.name).staged.stderr, "")
+            logged = json_events(example_runs(example.name).staged.stderr, "")
         if not _logged(quote, logged):
             wrong.append(quote)
     assert not wrong, "the README quotes what ppy does not print:\n" + "\n".join(wrong)
@@ -325,7 +320,7 @@ def test_unannotated_copies_of_the_examples_stage_from_a_recording_what_the_exam
             assert _staged("\n".join(own)) == annotated, (example, own)
             run = ppy("-v", "--log-format", "json", "run", "--warm", f"{copy}.ppy", cwd=project)
             assert (run.returncode, run.stdout) == (0, built_examples(example).plain.stdout)
-            calls = _events(run.stderr, "run.call")
+            calls = json_events(run.stderr, "run.call")
             assert {str(e["function"]) for e in calls if e["path"] == "staged"} == annotated
     finally:
         stop_servers(cache_dir)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PERMISSIONS
+from tests.support.events import json_events
 from tests.warm.support import Warm, servers
 
 
@@ -28,16 +29,6 @@ def _project(tmp_path: Path, program: str, pyproject: str = "") -> Path:
     (root / "model.ppy").write_text(textwrap.dedent(program).lstrip())
     (root / "pyproject.toml").write_text('[project]\nname = "demo"\n' + textwrap.dedent(pyproject))
     return root
-
-
-def _events(stderr: str, name: str) -> list[dict[str, object]]:
-    found = []
-    for line in stderr.splitlines():
-        if line.startswith("{"):
-            event = json.loads(line)
-            if event.get("event") == name:
-                found.append(event)
-    return found
 
 
 def _verbose(warm: Warm, *argv: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
@@ -88,7 +79,7 @@ def test_a_variable_set_before_the_first_import_of_jax_is_what_jax_reads(
             done = _verbose(warm)
             assert done.stdout == plain.stdout, done.stderr
             assert done.returncode == 0
-            (cold,) = _events(done.stderr, "run.cold")
+            (cold,) = json_events(done.stderr, "run.cold")
             assert "JAX_ENABLE_X64" in str(cold["reason"]), cold
 
 
@@ -119,7 +110,9 @@ def test_a_build_before_the_program_is_not_the_program_acting(tmp_path: Path) ->
         for _ in range(2):
             done = _verbose(warm)
             assert (done.stdout, done.returncode) == (plain.stdout, 0), done.stderr
-            assert _events(done.stderr, "run.cold") and not _events(done.stderr, "run.warm_refused")
+            assert json_events(done.stderr, "run.cold") and not json_events(
+                done.stderr, "run.warm_refused"
+            )
             (root / "model.ppy").write_text((root / "model.ppy").read_text() + "\n")  # stale
 
 
@@ -137,7 +130,7 @@ def test_numpy_is_checked_as_jax_is(tmp_path: Path) -> None:
         for _ in range(2):
             done = _verbose(warm)
             assert (done.stdout, done.returncode) == (plain.stdout, plain.returncode), done.stderr
-            (cold,) = _events(done.stderr, "run.cold")
+            (cold,) = json_events(done.stderr, "run.cold")
             assert "NPY_DISABLE_CPU_FEATURES" in str(cold["reason"])
 
 
@@ -156,7 +149,7 @@ def test_a_variable_set_after_jax_is_imported_is_served_warm(tmp_path: Path) -> 
         warm.warm()
         done = _verbose(warm)
     assert plain.stdout == done.stdout == "float32\n"
-    assert _events(done.stderr, "run.warm") and not _events(done.stderr, "run.cold")
+    assert json_events(done.stderr, "run.warm") and not json_events(done.stderr, "run.cold")
 
 
 def test_a_program_that_wrote_before_it_set_the_variable_is_refused(tmp_path: Path) -> None:
@@ -477,7 +470,7 @@ def test_a_preloaded_module_whose_source_changed_is_imported_again(
         assert expected != "2\n"
         done = _verbose(warm, env=env)
         assert done.stdout == expected, done.stderr
-        assert _events(done.stderr, "run.warm"), done.stderr
+        assert json_events(done.stderr, "run.warm"), done.stderr
         assert warm.warm(env=env).stdout == expected
         (server,) = warm.servers(env=env)
         assert server["served"] == 2

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.events import json_events
 from tests.warm.support import Warm, servers
 
 PROGRAM = "import sys\nprint('ran', sys.argv[1:])\n"
@@ -28,20 +29,10 @@ def _project(tmp_path: Path, pyproject: str = "", program: str = PROGRAM) -> Pat
     return root
 
 
-def _events(stderr: str, name: str) -> list[dict[str, object]]:
-    found = []
-    for line in stderr.splitlines():
-        if line.startswith("{"):
-            event = json.loads(line)
-            if event.get("event") == name:
-                found.append(event)
-    return found
-
-
 def _was_warm(done: subprocess.CompletedProcess[str]) -> bool:
     assert done.returncode == 0, done.stderr
     assert done.stdout == "ran []\n"
-    return bool(_events(done.stderr, "run.warm"))
+    return bool(json_events(done.stderr, "run.warm"))
 
 
 @pytest.mark.parametrize(
@@ -212,7 +203,7 @@ def test_two_runs_at_once_are_both_served(tmp_path: Path) -> None:
         [t.start() for t in threads]
         [t.join() for t in threads]
         for tag, done in results.items():
-            assert done.stdout == f"{tag}\n" and _events(done.stderr, "run.warm"), done.stderr
+            assert done.stdout == f"{tag}\n" and json_events(done.stderr, "run.warm"), done.stderr
         (server,) = project.servers()  # one server started for both
         assert server["served"] == 2
 
@@ -296,7 +287,7 @@ def test_a_program_that_sets_xla_flags_is_served_warm(tmp_path: Path) -> None:
     with servers(root, tmp_path / "cache") as project:
         done = project.run("-v", "--log-format", "json", "run", "--warm", "model.ppy")
         assert done.stdout == project.python().stdout == "3\n"
-        assert _events(done.stderr, "run.warm")
+        assert json_events(done.stderr, "run.warm")
 
 
 @pytest.mark.parametrize(
