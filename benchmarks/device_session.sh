@@ -5,6 +5,7 @@
 #   bash benchmarks/device_session.sh bench      # doctor, then run.py --device-quick (~8 min)
 #   bash benchmarks/device_session.sh fidelity   # tests/device/run.py until its deadline (~9.5 min)
 #   bash benchmarks/device_session.sh smoke      # build and run the page's example (~1 min)
+#   bash benchmarks/device_session.sh recorded   # examples/80_recorded: build, explain, run (~2 min)
 #
 # Each part fits one call of at most 10 minutes; benchmarks/README.md says how
 # the calls go together. Every process that computes with jax runs alone, one
@@ -132,8 +133,54 @@ smoke)
         diff python.out ppy.out
     fi
     ;;
+recorded)
+    # examples/80_recorded as committed (its recording made on the CPU): what
+    # the build stages here, why, and which path each call took, written to
+    # the results folder as recorded.txt.
+    name=$(python tests/device/run.py --probe | python -c \
+        'import json, sys; sys.path.insert(0, "benchmarks"); from ppybench.machine import results_name; print(results_name(json.load(sys.stdin)) or "")')
+    if [ -z "$name" ]; then say "no accelerator here"; exit 0; fi
+    report="$ROOT/benchmarks/results/$name/recorded.txt"
+    work=$(mktemp -d)
+    cp -r examples/80_recorded "$work/ex"
+    rm -f "$work/ex/.ppy/artifact.ppyz"
+    cd "$work/ex" || exit 1
+    export PPY_CACHE_DIR="$work/cache"
+    python model.ppy >python.out
+    {
+        echo "examples/80_recorded on $name, recorded on the CPU (.ppy/signatures.json as committed)"
+        echo
+        echo "$ ppy build"
+        ppy build 2>&1
+        echo
+        echo "$ ppy explain step"
+        ppy explain step 2>&1
+        echo
+        echo "$ ppy --log-format json -v run model.ppy  (the calls' paths, counted)"
+        ppy --log-format json -v run model.ppy >ppy.out 2>events.jsonl
+        python - <<'PY'
+import collections, json
+paths = collections.Counter()
+for line in open("events.jsonl"):
+    try:
+        event = json.loads(line)
+    except ValueError:
+        continue
+    if event.get("event") == "run.call":
+        paths[(event["function"], event["path"])] += 1
+    elif event.get("event") == "run.fallback":
+        print(f"  fallback  {event['function']}: {event['category']}: {event['reason']}")
+for (function, path), count in sorted(paths.items()):
+    print(f"  {function}  {path}: {count} calls")
+PY
+        if cmp -s python.out ppy.out; then echo "stdout: the same as python's"; else
+            echo "stdout DIFFERS from python's:"
+            diff python.out ppy.out
+        fi
+    } | tee "$report"
+    ;;
 *)
-    echo "usage: $0 bench|fidelity|smoke" >&2
+    echo "usage: $0 bench|fidelity|smoke|recorded" >&2
     exit 2
     ;;
 esac

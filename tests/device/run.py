@@ -2,7 +2,7 @@
 
     python tests/device/run.py                      # on a machine with a TPU (or a GPU)
     python tests/device/run.py --deadline 480       # start no test after 8 minutes
-    python tests/device/run.py --resume             # only what an earlier run did not reach
+    python tests/device/run.py --resume             # only what an earlier run did not pass
     python tests/device/run.py --probe              # print what jax finds here, and exit
 
 ``nox -s device`` runs it; on a machine without a package registry (a TPU VM
@@ -13,8 +13,8 @@ that machine has. It
    backend and devices it has (``probe``). Where jax's default backend is
    the CPU there is no accelerator: it says so and exits 0 (``--allow-cpu``
    runs the selection anyway, to rehearse it);
-2. runs the selection (``PARTS``: the examples' output test, tests/fidelity,
-   tests/programs) in ONE pytest process, with no ``-n``: on a TPU one
+2. runs the selection (``PARTS``: the examples' output test, tests/programs,
+   tests/fidelity) in ONE pytest process, with no ``-n``: on a TPU one
    process at a time can hold the chip, and every test's ``python`` and
    ``ppy run`` take it in turn. Left out: the tests marked ``cpu_backend``
    (their programs need the CPU's forced host devices or its collectives),
@@ -57,8 +57,8 @@ from tests.device import plugin  # noqa: E402
 #: with a deadline, what runs first is what gets done).
 PARTS: dict[str, tuple[str, ...]] = {
     "examples": ("tests/integration/test_examples.py::test_ppy_run_prints_what_python_prints",),
-    "fidelity": ("tests/fidelity",),
     "programs": ("tests/programs",),
+    "fidelity": ("tests/fidelity",),
 }
 #: Not differential: it counts the suite's cases for the docs (no jax, no device).
 DESELECTED = ("tests/fidelity/test_ledger.py",)
@@ -170,6 +170,14 @@ def merge(
     }
 
 
+def passed(document: Mapping[str, Any]) -> list[str]:
+    """The tests a results document holds as passed: what ``--resume`` leaves
+    out. A failure runs again, since the code it failed on may have moved."""
+    return sorted(
+        nodeid for nodeid, test in document["tests"].items() if test["outcome"] == "passed"
+    )
+
+
 def _seconds(value: float) -> str:
     return f"{value:7.1f} s"
 
@@ -264,7 +272,9 @@ def main(argv: list[str] | None = None) -> int:
         help="start no test once this many seconds have passed since the runner started",
     )
     parser.add_argument(
-        "--resume", action="store_true", help="leave out the tests the results already hold"
+        "--resume",
+        action="store_true",
+        help="leave out the tests the results hold as passed (a failure runs again)",
     )
     parser.add_argument("--results", default=None, help="the results folder (default: per device)")
     parser.add_argument(
@@ -298,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     results.mkdir(parents=True, exist_ok=True)
     source = results / RESULTS
     previous = json.loads(source.read_text()) if source.is_file() else None
-    done = sorted(previous["tests"]) if previous and args.resume else []
+    done = passed(previous) if previous and args.resume else []
     missing = missing_libraries()
     command = pytest_command(parts, missing, done, args.pytest_args)
     outcomes_file = results / ".outcomes.json"

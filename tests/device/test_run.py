@@ -67,3 +67,31 @@ def test_a_run_stopped_by_its_deadline_is_continued_by_the_next(tmp_path: Path) 
     text = (results / "fidelity.txt").read_text()
     assert "outcome   2 selected: 2 passed\n" in text and "  not run  " not in text
     assert f"--deselect {FIRST}" in document["runs"][1]["command"]
+
+
+def test_resume_runs_a_failure_again(tmp_path: Path) -> None:
+    """A test that failed is run again by ``--resume`` (the code it failed on
+    may have moved); one that passed is not."""
+    fixed = tmp_path / "fixed"
+    tests = tmp_path / "test_once.py"
+    tests.write_text(
+        "from pathlib import Path\n\n\n"
+        "def test_passes() -> None:\n    pass\n\n\n"
+        f"def test_fails_until_fixed() -> None:\n    assert Path({str(fixed)!r}).exists()\n"
+    )
+    results = tmp_path / "results"
+    rehearsal = ("--allow-cpu", "--results", str(results), "--parts", "", "--", str(tests))
+    first = _runner(*rehearsal)
+    assert first.returncode == 1, first.stdout + first.stderr
+    fixed.touch()
+    second = _runner("--resume", *rehearsal)
+    assert second.returncode == 0, second.stdout + second.stderr
+    document = json.loads((results / "fidelity.json").read_text())
+    assert {
+        nodeid: (test["outcome"], test["run"]) for nodeid, test in document["tests"].items()
+    } == {
+        "test_once.py::test_passes": ("passed", 0),
+        "test_once.py::test_fails_until_fixed": ("passed", 1),
+    }
+    assert "--deselect test_once.py::test_passes" in document["runs"][1]["command"]
+    assert "--deselect test_once.py::test_fails_until_fixed" not in document["runs"][1]["command"]
