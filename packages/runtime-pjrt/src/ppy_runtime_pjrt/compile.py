@@ -139,8 +139,9 @@ class Executables:
             placement=shaped.placed.key if shaped.placed is not None else "",
         )
 
-    def load(self, shaped: Shaped) -> tuple[Callable[..., Any], str]:
-        """(the call, where it came from: "cache" or "compiled").
+    def load(self, shaped: Shaped, compiled: Any = None) -> tuple[Callable[..., Any], str]:
+        """(the call, where it came from: "cache" or "compiled"); ``compiled``,
+        where given, is ``compile(shaped)`` made already.
 
         On one device its outputs are left uncommitted: compiled from
         ``exported.call``, whose shardings are explicit, it would commit them
@@ -150,14 +151,15 @@ class Executables:
         outputs, as jit's are.
         """
         key = self.key(shaped)
-        if self.cache is not None:
+        if self.cache is not None and compiled is None:
             data = self.cache.get(key)
             if data is not None:
                 _lapack_ready(self.exported)
                 compiled = self._deserialize(key, data, shaped)
                 if compiled is not None:
                     return fast_call(compiled), "cache"
-        compiled = self._compile(shaped)
+        if compiled is None:
+            compiled = self.compile(shaped)
         fresh = compiled if shaped.placed is not None else _uncommitted(compiled)
         if fresh is None:  # this jax's Compiled is not built as known: read its bytes back
             data = self._serialize(compiled)
@@ -190,7 +192,8 @@ class Executables:
                 self.cache.discard(key, error, module=self.module, function=self.qualname)
             return None
 
-    def _compile(self, shaped: Shaped) -> Any:
+    def compile(self, shaped: Shaped) -> Any:
+        """The export compiled for ``shaped``, as jit compiles the function that serves it."""
         function = jax.jit(
             self.serve, static_argnums=self.static_argnums, static_argnames=self.static_argnames
         )

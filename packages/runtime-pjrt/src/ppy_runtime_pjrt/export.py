@@ -38,7 +38,7 @@ from ppy_runtime_pjrt.guard import Fallback, Guard, Signature, type_name
 from ppy_runtime_pjrt.placement import Placed, Placement
 
 if TYPE_CHECKING:
-    from ppy_runtime_pjrt.compile import Executables
+    from ppy_runtime_pjrt.compile import Executables, Shaped
 
 __all__ = ["CallStats", "ExportRuntime", "StagedFunction"]
 
@@ -92,10 +92,16 @@ class Staged:
         self.module = module
         #: For an export over a mesh: the layout its inputs must have.
         self.placement = placement
-        #: Why this process's platform cannot run the export, asked at the
-        #: first call where binding could not ask (see ``ExportRuntime._variant``).
-        self.platform: Callable[[], str | None] | None = None
+        #: Why this process's platform cannot run the export, and whether the
+        #: build compared it with jit here, asked at the first call where
+        #: binding could not ask (see ``ExportRuntime._variant``).
+        self.platform: Callable[[], tuple[str | None, bool]] | None = None
         self.unrunnable: str | None = None
+        #: A variant with symbolic dims the build did not compare with jit on
+        #: this platform: it is compared at its first call (``ontarget``), and
+        #: ``differs`` then says why it is not served, or stays None.
+        self.uncompared = False
+        self.differs: str | None = None
         self.trees: dict[Any, Any] = {}
         self.executables: Executables | None = None
 
@@ -268,9 +274,11 @@ class StagedFunction:
         if isinstance(staged, Fallback):
             return staged
         if staged.platform is not None:
-            staged.unrunnable, staged.platform = staged.platform(), None
+            (staged.unrunnable, staged.uncompared), staged.platform = staged.platform(), None
         if staged.unrunnable is not None:
             return Fallback("platform", staged.unrunnable)
+        if staged.differs is not None:
+            return Fallback("refinement", staged.differs)
         out_tree = staged.out_tree(in_tree)
         if isinstance(out_tree, Fallback):
             return out_tree
@@ -378,12 +386,44 @@ class StagedFunction:
             placed=placed,
         )
         try:
-            call, source = staged.executables.load(shaped)
+            compiled = self._compared(staged, shaped, given) if staged.uncompared else None
+            if staged.differs is not None:
+                return Fallback("refinement", staged.differs)
+            call, source = staged.executables.load(shaped, compiled)
         except CompileRefused as error:
             return Fallback("compile", f"the export does not compile for these shapes: {error}")
         self.executables[key] = call
         self.stats.executables[signature] = source
         return call
+
+    def _compared(
+        self, staged: Staged, shaped: Shaped, given: tuple[tuple[Any, ...], dict[str, Any]]
+    ) -> Any:
+        """Compare a variant the build could not compare with jit on this
+        platform (``ontarget``), once: the verdict kept in the executable
+        cache, or the export compiled for this call beside the jitted
+        function. Sets ``staged.differs`` where they differ; returns the
+        export's executable where it compiled one, for ``load`` to use."""
+        from ppy_runtime_pjrt.ontarget import Verdicts, compare
+
+        assert staged.executables is not None
+        verdicts = Verdicts(staged.executables, staged.executables.cache)
+        kept, differs = verdicts.get()
+        compiled = None
+        if not kept:
+            compiled = staged.executables.compile(shaped)
+            differs = compare(self.original, compiled, given)
+            verdicts.put(differs)
+        staged.uncompared, staged.differs = False, differs
+        _log().info(
+            "run.compared",
+            module=self.module,
+            function=self.qualname,
+            platform=staged.executables.platform,
+            same=differs is None,
+            source="cache" if kept else "compiled",
+        )
+        return compiled if differs is None else None
 
     def _fall_back(self, verdict: Fallback, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self._count(verdict)
@@ -501,15 +541,16 @@ def _backends_started() -> bool:
     return True if started is None else bool(started())
 
 
-def _platform_reason(
+def _platform(
     entry: Entry, contract: JaxExport, variant: Variant, exported: Any
-) -> str | None:
-    """Why this process's platform cannot run ``variant``, or None.
+) -> tuple[str | None, bool]:
+    """(why this process's platform cannot run ``variant`` or None, whether
+    it must be compared with jit here first).
 
-    Besides a platform the export was not made for: a variant with symbolic
-    dims on a platform the build did not compile it for (``compared_on``).
-    There XLA would compile it unchecked against jit, which may inline what
-    jit keeps apart and round otherwise (``ppy_plugin_jax.refinement``).
+    A variant with symbolic dims on a platform the build did not compile it
+    for (``compared_on``) would be compiled unchecked against jit, which
+    may inline what jit keeps apart and round otherwise: it is compared at
+    its first call (``ppy_runtime_pjrt.ontarget``).
     """
     import jax
 
@@ -519,15 +560,8 @@ def _platform_reason(
         return (
             f"exported for {', '.join(platforms)}, but this process runs on {here} "
             f"(jax.default_backend() is {jax.default_backend()!r})"
-        )
-    if variant.uses_shape_polymorphism and here not in contract.compared_on:
-        built = ", ".join(contract.compared_on) or "no platform"
-        return (
-            f"exported with symbolic dims and compared with jit on {built} only: on {here}, "
-            "XLA could compile it to another program than the jitted function; build on "
-            f"{here}, or give the dims fixed sizes"
-        )
-    return None
+        ), False
+    return None, variant.uses_shape_polymorphism and here not in contract.compared_on
 
 
 def _check_description(variant: Variant, exported: Any) -> None:
@@ -674,8 +708,9 @@ class ExportRuntime:
         # calls jax.distributed.initialize has not done yet at import: then
         # the first call asks instead.
         deferred = not _backends_started()
+        uncompared = False
         if not deferred:
-            reason = _platform_reason(entry, contract, variant, exported)
+            reason, uncompared = _platform(entry, contract, variant, exported)
             if reason is not None:
                 raise NotBound(reason)
         _check_description(variant, exported)
@@ -698,10 +733,9 @@ class ExportRuntime:
             )
         placement = Placement(mesh, variant.inputs) if mesh is not None else None
         staged = Staged(variant, exported, guard, entry.module, placement)
+        staged.uncompared = uncompared
         if deferred:
-            staged.platform = functools.partial(
-                _platform_reason, entry, contract, variant, exported
-            )
+            staged.platform = functools.partial(_platform, entry, contract, variant, exported)
         return staged
 
 
