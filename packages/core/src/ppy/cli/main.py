@@ -5,8 +5,9 @@ Exit codes: 0 success, 1 the program or the build failed, 2 bad usage or bad
 configuration. Errors a user can act on are one message on stderr with the
 remedy, never a traceback.
 
-What a command does is in ``ppy.commands`` (run, record) or the room it
-belongs to; here are the parser and what each command prints. Each command
+What a command does is in ``ppy.commands`` (run, record, build, explain,
+doctor) or the room it belongs to; here are the parser and what each command
+prints. Each command
 imports its modules inside its own function, for start-up speed: ``ppy run``
 imports nothing of the build, ``inspect`` or ``doctor``.
 """
@@ -343,23 +344,18 @@ def _error(text: str) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from ppy.build.pipeline import build
     from ppy.cli.report import build_lines, summary
-
-    path: Path = args.path
-    if not path.exists():
-        raise UsageError(f"{path}: no such file or folder", remedy="give a project folder")
+    from ppy.commands.build import build
+    from ppy.layout import shown
     from ppy.progress import for_build
 
-    result = build(path, progress=for_build())
+    result = build(args.path, progress=for_build())
     for line in build_lines(result.decisions, result.project.plugins, width=_columns()):
         print(line)
     counts = {
         o: sum(d.outcome.value == o for d in result.decisions)
         for o in ("staged", "reused", "stays")
     }
-    from ppy.layout import shown
-
     print(
         f"wrote {shown(result.project.config.artifact)}: {counts['staged']} staged, "
         f"{counts['reused']} reused, {counts['stays']} stay"
@@ -438,10 +434,10 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from ppy.cli.report import explain
+    from ppy.cli.report import explained
+    from ppy.commands.explain import explain
 
-    text = explain(args.name, args.path)
-    print(text)
+    print(explained(explain(args.name, args.path)))
     return 0
 
 
@@ -466,14 +462,10 @@ def _cache(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from ppy.cli.doctor import gather, render_text, to_json
-    from ppy.cli.importtime import DEFAULT_TIMEOUT
+    from ppy.cli.diagnosis import render_text, to_json
+    from ppy.commands.doctor import gather
 
-    path: Path = args.path
-    if not path.exists():
-        raise UsageError(f"{path}: no such file or folder", remedy="give a project folder")
-    timeout = args.import_timeout if args.import_timeout is not None else DEFAULT_TIMEOUT
-    report = gather(path, measure_import=not args.no_import, timeout=timeout)
+    report = gather(args.path, measure_import=not args.no_import, timeout=args.import_timeout)
     if args.json:
         print(json.dumps(to_json(report), indent=2, sort_keys=True))
     else:
