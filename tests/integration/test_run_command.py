@@ -190,7 +190,7 @@ RUN_IMPORTS = {
     "discovery.names errors kinds kinds.base kinds.dispatch kinds.fingerprint "
     "kinds.jax_compat kinds.jax_export kinds.pytrees kinds.trace_config layout log "
     "registry request run run.binding run.collector run.import_hooks run.made run.program "
-    "run.shadow runtime spec warm warm.client warm.protocol xla",
+    "run.shadow runtime snapshot spec warm warm.client warm.protocol xla",
     "ppy_runtime_pjrt": "behind calls compile conditions dims eager guard pickled "
     "placement unstaged",
 }

@@ -35,12 +35,12 @@ from ppy.discovery.module import discover_module
 from ppy.discovery.records import ModuleInfo
 from ppy.errors import ConfigError
 from ppy.kinds.jax_compat import entry_outside_window, installed_jaxlib
-from ppy.layout import find_sources, shown
+from ppy.layout import shown
 from ppy.log import get_logger
 from ppy.plugin import KNOWN_DECORATORS, Plugin, StageFailure, StageRequest, StageTarget
 from ppy.progress import SILENT, Progress
 from ppy.record.apply import apply_recording, unknown_functions
-from ppy.record.signatures import read_signatures, signatures_path
+from ppy.record.signatures import recorded as read_recording
 from ppy.registry import Registry, by_decorator, load_plugins
 
 __all__ = ["BuildResult", "Project", "build_project", "load_project", "read_previous"]
@@ -87,11 +87,12 @@ def load_project(config: Config, plugins: Registry | None = None) -> Project:
     plugins = plugins if plugins is not None else load_plugins()
     settings = _validated_settings(config, plugins)
     log = get_logger()
-    recorded = read_signatures(signatures_path(config.root))
+    files = config.files()  # what the configuration's digest was made from
+    recorded = read_recording(files.recording)
     modules: list[ModuleInfo] = []
     unnamed: list[Path] = []
-    for path in find_sources(config.root, unnamed):
-        module = discover_module(config.root, path)
+    for path in files.sources(unnamed):
+        module = discover_module(config.root, path, files.source(path))
         if module.syntax_error:
             log.warning("build.syntax_error", module=module.name, error=module.syntax_error)
         modules.append(apply_recording(module, recorded))

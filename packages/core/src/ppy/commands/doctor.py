@@ -328,12 +328,13 @@ def artifact_report(target: Path) -> ArtifactReport:
     remembers it, so the next run does not repeat it)."""
     from ppy.artifact.read import read_artifact
     from ppy.build.freshness import staleness
-    from ppy.config import load_config
+    from ppy.config import config_of
     from ppy.errors import ArtifactError, ConfigError
     from ppy.registry import installed_plugins
+    from ppy.snapshot import take
 
     try:
-        config = load_config(target)
+        config = config_of(take(target))
     except ConfigError as error:
         root = (target if target.is_dir() else target.parent).resolve()
         return ArtifactReport(root, None, ArtifactState.BAD_CONFIG, error.message, error.remedy)

@@ -14,9 +14,10 @@ from pathlib import Path
 from ppy.artifact.read import ArtifactError, read_artifact
 from ppy.build.freshness import staleness
 from ppy.build.pipeline import load_project
-from ppy.config import load_config
+from ppy.config import config_of
 from ppy.decision import Decision
 from ppy.errors import UsageError
+from ppy.snapshot import take
 
 __all__ = ["Explained", "explain"]
 
@@ -40,7 +41,7 @@ def _matches(name: str, decision: Decision) -> bool:
 def explain(name: str, target: Path) -> Explained:
     """The decisions for ``name`` in the project at or above ``target``;
     ``UsageError`` saying what the project has where it has no such function."""
-    project = load_project(load_config(target))
+    project = load_project(config_of(take(target)))
     decisions: Sequence[Decision] = project.decisions
     note = "from the policy (not built yet)"
     config = project.config
