@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ppy.build.pipeline import build, build_project, load_project
+from ppy.build.pipeline import build_project, load_project
+from ppy.commands.build import build
 from ppy.config import load_config
 from ppy.decision import Outcome
 

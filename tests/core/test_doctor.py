@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ppy.cli.doctor import SLOW_VERSIONS, findings, installed_versions
-from ppy.cli.importtime import ModuleImport, by_package, imports_of, measure, parse
+from ppy.commands.doctor import SLOW_VERSIONS, findings, installed_versions
+from ppy.commands.importtime import ModuleImport, by_package, imports_of, measure, parse
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -416,7 +416,8 @@ def test_help(ppy: Run) -> None:
 def test_gathering_never_imports_jax(make_project: Callable[..., Path]) -> None:
     root = make_project({"model.ppy": MODEL}, pyproject=PLAIN)
     code = (
-        "import sys\nfrom pathlib import Path\nfrom ppy.cli.doctor import gather, render_text\n"
+        "import sys\nfrom pathlib import Path\nfrom ppy.cli.diagnosis import render_text\n"
+        "from ppy.commands.doctor import gather\n"
         f"render_text(gather(Path({str(root)!r})))\n"
         "leaked = sorted(m for m in ('jax', 'jaxlib', 'ml_dtypes', 'numpy') if m in sys.modules)\n"
         "print(leaked)\n"

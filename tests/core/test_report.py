@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ppy.cli.report import SIGNATURE_WIDTH, build_lines, explain, plugin_lines
+from ppy.cli.report import SIGNATURE_WIDTH, build_lines, plugin_lines
+from ppy.commands.explain import explain
 from ppy.decision import Decision, Outcome
 from ppy.errors import UsageError
 from ppy.registry import Installed, Registry

@@ -40,7 +40,7 @@ def copy_example(name: str, target: Path) -> Path:
 @functools.lru_cache(maxsize=1)
 def real_artifact() -> bytes:
     """The bytes of a real artifact: the xla example's, from a real build."""
-    from ppy.build.pipeline import build
+    from ppy.commands.build import build
 
     with tempfile.TemporaryDirectory(prefix="ppy-hardening-") as tmp:
         project = copy_example("40_xla_scalar", Path(tmp))

@@ -185,12 +185,12 @@ def test_a_plugins_tools_changing_makes_run_build_again(
 #: server, the plugins or the progress line: start-up cost is held by this
 #: structure, and a change to it is a change to this list.
 RUN_IMPORTS = {
-    "ppy": "_hook annotations artifact artifact.entry artifact.model artifact.payload "
+    "ppy": "_hook artifact artifact.entry artifact.model artifact.payload "
     "artifact.read cache cli cli.main commands commands.run config decision discovery "
     "discovery.names errors kinds kinds.base kinds.dispatch kinds.fingerprint "
     "kinds.jax_compat kinds.jax_export kinds.pytrees kinds.trace_config layout log "
     "registry request run run.binding run.collector run.import_hooks run.made run.program "
-    "run.shadow runtime spec warm warm.client warm.protocol xla",
+    "run.shadow runtime snapshot spec warm warm.client warm.protocol",
     "ppy_runtime_pjrt": "behind calls compile conditions dims eager guard pickled "
     "placement unstaged",
 }

@@ -14,28 +14,23 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final, NoReturn
 
 from ppy.errors import ConfigError
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # pragma: no cover - only where tomllib is missing
-    import tomli as tomllib  # type: ignore[no-redef,import-not-found,unused-ignore]
+from ppy.snapshot import Snapshot, take
 
 __all__ = [
     "ALLOWED_KEYS",
     "ARTIFACT_SUFFIX",
     "DEFAULT_ARTIFACT",
     "Config",
-    "NotAFile",
     "Setting",
     "changed_part",
+    "config_of",
     "load_config",
-    "read_file",
     "remedy_for",
     "toml_type",
     "validate_table",
@@ -127,6 +122,14 @@ class Config:
     digest: str
     #: ``[tool.ppy.run]``.
     run: RunSettings = RunSettings()
+    #: The project's files as read for this configuration; None for a
+    #: configuration made by hand, whose readers then take their own.
+    snapshot: Snapshot | None = field(default=None, compare=False, repr=False)
+
+    def files(self) -> Snapshot:
+        """The snapshot the configuration was read from (a fresh one where it
+        was made by hand): what reads the project after it reads this."""
+        return self.snapshot if self.snapshot is not None else take(self.root)
 
     @property
     def config_path(self) -> Path:
@@ -275,49 +278,6 @@ def remedy_for(
     return f"add {what} in {config.pyproject}"
 
 
-def _find_pyproject(start: Path) -> Path | None:
-    for directory in (start, *start.parents):
-        candidate = directory / "pyproject.toml"
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)$")
-
-
-def _parse(pyproject: Path) -> dict[str, Any]:
-    path = str(pyproject)
-    try:
-        data = pyproject.read_bytes()
-    except OSError as error:
-        raise ConfigError(
-            f"cannot be read: {error.strerror or error}",
-            path=path,
-            remedy="make the file readable, or remove it",
-        ) from error
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ConfigError(
-            f"is not UTF-8 text (byte {error.start}); TOML files are UTF-8",
-            path=path,
-            remedy="save the file as UTF-8",
-        ) from error
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        message = str(error)
-        match = _POSITION.search(message)
-        where = f"{path}:{match.group(1)}:{match.group(2)}" if match else path
-        detail = _POSITION.sub("", message).strip()
-        raise ConfigError(
-            f"invalid TOML: {detail}",
-            path=where,
-            remedy="fix the TOML at that line and column (https://toml.io)",
-        ) from error
-
-
 def _digest(table: Mapping[str, Any], recorded: str | None = None) -> str:
     """The table's digest; with the recorded signatures' digest after a
     ``+`` where the project has them, so a new recording makes the artifact
@@ -342,55 +302,6 @@ def changed_part(built: str, now: str) -> str:
     if table != table_now:
         return "both" if recorded != recorded_now else "table"
     return "recording"
-
-
-#: ``ppy record``'s file (``ppy.record.format.FILE``), relative to the root.
-SIGNATURES: Final = ".ppy/signatures.json"
-#: The most bytes of it that are read (``ppy.record.format.MAX_BYTES``).
-SIGNATURES_LIMIT: Final = 16 << 20
-
-
-class NotAFile(OSError):
-    """What should be a regular file is something else (a FIFO, a device, a folder)."""
-
-
-def read_file(path: Path, limit: int) -> bytes:
-    """At most ``limit + 1`` bytes of the regular file at ``path``.
-
-    It is opened without waiting: a FIFO or a device put where the file goes
-    would block a plain ``open`` (and every command with it) until something
-    writes to it; here it raises ``NotAFile``, as a folder does. Any other
-    failure is the ``OSError`` it is (``FileNotFoundError`` where there is none).
-    """
-    import os
-    import stat
-
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        kind = os.fstat(fd).st_mode
-        if not stat.S_ISREG(kind):
-            what = "a FIFO" if stat.S_ISFIFO(kind) else "a folder" if stat.S_ISDIR(kind) else None
-            raise NotAFile(0, f"it is {what or 'not a regular file'}, not a regular file")
-        chunks: list[bytes] = []
-        left = limit + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def _recorded(root: Path) -> str | None:
-    """The sha256 of the project's recorded signatures, or None without them
-    (or where they cannot be read: the build then says why)."""
-    try:
-        return hashlib.sha256(read_file(root / SIGNATURES, SIGNATURES_LIMIT)).hexdigest()
-    except OSError:
-        return None
 
 
 def _tool_ppy(document: Mapping[str, Any], path: str) -> Mapping[str, Any]:
@@ -486,18 +397,20 @@ def _artifact_path(root: Path, value: str, path: str) -> Path:
 
 
 def load_config(target: Path) -> Config:
-    """The configuration for ``target`` (a file or a directory).
+    """The configuration for ``target`` (a file or a directory), from a
+    snapshot of its project taken now (``ppy.snapshot.take``).
 
     The nearest pyproject.toml at or above it decides the project root; with
     none, the target's directory is the root and every setting has its default.
     """
-    target = Path(target).resolve()
-    start = target if target.is_dir() else target.parent
-    pyproject = _find_pyproject(start)
-    if pyproject is None:
-        root, document = start, {}
-    else:
-        root, document = pyproject.parent, _parse(pyproject)
+    return config_of(take(target))
+
+
+def config_of(snapshot: Snapshot) -> Config:
+    """The configuration a snapshot of the project holds; the snapshot is
+    kept on it (``Config.snapshot``), so what reads the project after the
+    configuration reads the same files."""
+    root, document, pyproject = snapshot.root, snapshot.document, snapshot.pyproject
     path = str(pyproject if pyproject is not None else root / "pyproject.toml")
     table = _tool_ppy(document, path)
     if "plugins" in table and not isinstance(table["plugins"], Mapping):
@@ -518,6 +431,7 @@ def load_config(target: Path) -> Config:
         build_execution=settings["build-execution"] == "allow",
         artifact=_artifact_path(root, settings["artifact"], path),
         plugins=_plugin_tables(settings["plugins"], path),
-        digest=_digest({k: v for k, v in table.items() if k != "run"}, _recorded(root)),
+        digest=_digest({k: v for k, v in table.items() if k != "run"}, snapshot.recording.digest),
         run=_run_settings(settings["run"], path),
+        snapshot=snapshot,
     )

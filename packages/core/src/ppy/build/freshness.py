@@ -27,8 +27,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ppy.config import SIGNATURES, changed_part
-from ppy.layout import find_sources
+from ppy.config import changed_part
+from ppy.snapshot import SIGNATURES
 
 if TYPE_CHECKING:
     from ppy.artifact.model import Artifact
@@ -61,17 +61,19 @@ def stage_key(
 
 
 def stale_sources(config: Config, artifact: Artifact | None) -> str | None:
-    """Why the artifact no longer matches the project's files, or None when it does."""
+    """Why the artifact no longer matches the project's files, or None when it
+    does; the files as the configuration's snapshot read them (``ppy.snapshot``)."""
     if artifact is None:
         return "no artifact has been built"
     if artifact.config_digest != config.digest:
         return _configuration(changed_part(artifact.config_digest, config.digest))
+    files = config.files()
     recorded = {m.path: m for m in artifact.modules}
-    current = {p.relative_to(config.root).as_posix(): p for p in find_sources(config.root)}
+    current = {p.relative_to(config.root).as_posix(): p for p in files.sources()}
     if set(recorded) != set(current):
         return "the set of .ppy modules changed"
     for rel, path in current.items():
-        if hashlib.sha256(path.read_bytes()).hexdigest() != recorded[rel].sha256:
+        if hashlib.sha256(files.source(path)).hexdigest() != recorded[rel].sha256:
             return f"{rel} changed since the build"
     return None
 

@@ -1,4 +1,6 @@
-"""``ppy build``: discovery, policy, staging and the artifact, in that order.
+"""The build's steps: discovery, policy, staging and the artifact, in that order
+(``ppy.commands.build`` runs them for ``ppy build``, ``ppy.commands.run`` for
+a stale artifact).
 
 This is the imperative shell around the pure parts: it reads files, loads
 plugins, asks each plugin to stage what policy allowed, and writes the
@@ -22,27 +24,26 @@ from pathlib import Path
 from typing import Any
 
 from ppy.artifact.entry import Entry
-from ppy.artifact.lock import build_lock
 from ppy.artifact.model import Artifact, ModuleRecord
 from ppy.artifact.read import ArtifactError, read_artifact
 from ppy.artifact.write import write_artifact
 from ppy.build.freshness import stage_key
 from ppy.build.policy import decide_module
-from ppy.config import Config, load_config
+from ppy.config import Config
 from ppy.decision import Check, Decision, Outcome
 from ppy.discovery.module import discover_module
 from ppy.discovery.records import ModuleInfo
 from ppy.errors import ConfigError
 from ppy.kinds.jax_compat import entry_outside_window, installed_jaxlib
-from ppy.layout import find_sources, shown
+from ppy.layout import shown
 from ppy.log import get_logger
 from ppy.plugin import KNOWN_DECORATORS, Plugin, StageFailure, StageRequest, StageTarget
 from ppy.progress import SILENT, Progress
 from ppy.record.apply import apply_recording, unknown_functions
-from ppy.record.signatures import read_signatures, signatures_path
+from ppy.record.signatures import recorded as read_recording
 from ppy.registry import Registry, by_decorator, load_plugins
 
-__all__ = ["BuildResult", "Project", "build", "build_project", "load_project", "read_previous"]
+__all__ = ["BuildResult", "Project", "build_project", "load_project", "read_previous"]
 
 
 @dataclass(frozen=True)
@@ -86,11 +87,12 @@ def load_project(config: Config, plugins: Registry | None = None) -> Project:
     plugins = plugins if plugins is not None else load_plugins()
     settings = _validated_settings(config, plugins)
     log = get_logger()
-    recorded = read_signatures(signatures_path(config.root))
+    files = config.files()  # what the configuration's digest was made from
+    recorded = read_recording(files.recording)
     modules: list[ModuleInfo] = []
     unnamed: list[Path] = []
-    for path in find_sources(config.root, unnamed):
-        module = discover_module(config.root, path)
+    for path in files.sources(unnamed):
+        module = discover_module(config.root, path, files.source(path))
         if module.syntax_error:
             log.warning("build.syntax_error", module=module.name, error=module.syntax_error)
         modules.append(apply_recording(module, recorded))
@@ -352,19 +354,6 @@ def _settle(
                 rule=settled.rule,
                 reason=settled.reason,
             )
-
-
-def build(
-    target: Path, *, plugins: Registry | None = None, progress: Progress = SILENT
-) -> BuildResult:
-    """Build the artifact for the project at ``target`` and write it.
-
-    Under the project's build lock, the previous artifact read included: a
-    second build waits, then reuses what the first wrote.
-    """
-    project = load_project(load_config(target), plugins)
-    with build_lock(project.config.artifact):
-        return build_project(project, read_previous(project.config), progress)
 
 
 def build_project(

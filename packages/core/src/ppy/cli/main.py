@@ -5,8 +5,9 @@ Exit codes: 0 success, 1 the program or the build failed, 2 bad usage or bad
 configuration. Errors a user can act on are one message on stderr with the
 remedy, never a traceback.
 
-What a command does is in ``ppy.commands`` (run, record) or the room it
-belongs to; here are the parser and what each command prints. Each command
+What a command does is in ``ppy.commands`` (run, record, build, explain,
+doctor) or the room it belongs to; here are the parser and what each command
+prints. Each command
 imports its modules inside its own function, for start-up speed: ``ppy run``
 imports nothing of the build, ``inspect`` or ``doctor``.
 """
@@ -15,13 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ppy.errors import PpyError, UsageError, reader_gone
 
+TYPE_CHECKING = False  # typing is not imported for it: the warm client does without
 if TYPE_CHECKING:
     from ppy.run.program import Program
 
@@ -61,7 +63,36 @@ def _common(command: str | None = None) -> argparse.ArgumentParser:
     return common
 
 
-def _parser() -> argparse.ArgumentParser:
+#: Each command and its one-line help, in the order ``ppy --help`` lists them.
+_COMMANDS = {
+    "build": "stage what can be staged and write the artifact",
+    "run": "run a program with its staged functions in place",
+    "record": "run a program and write down the signatures of its jitted calls",
+    "inspect": "print an artifact's manifest, entries and signatures",
+    "explain": "print the decision trail for one function",
+    "server": "show or stop the warm-start servers",
+    "plugins": "list installed plugins and runtimes",
+    "cache": "show or clear the compiled-executable cache",
+    "doctor": "show where a program's start-up goes",
+}
+
+
+def _asked(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names, where it names one: the first word that is
+    not an option of ppy's own (``--log-format`` takes the word after it)."""
+    words = iter(argv)
+    for word in words:
+        if word == "--log-format":
+            next(words, None)
+        elif word == "--" or not word.startswith("-"):
+            return word if word in _COMMANDS else None
+    return None
+
+
+def _parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``only``, one whose other commands are names and help
+    alone (as pip's command table), so that ``ppy run`` does not build the
+    arguments of eight commands it does not run."""
     parser = argparse.ArgumentParser(
         prog="ppy",
         description="Stage JAX functions at build time and run them through PJRT.",
@@ -73,11 +104,23 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    if only is not None:
+        for name, text in _COMMANDS.items():
+            if name != only:
+                commands.add_parser(name, help=text)
+        _COMMAND_PARSERS[only](commands)
+        return parser
+    for add in _COMMAND_PARSERS.values():
+        add(commands)
+    return parser
+
+
+def _add_build(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     build = commands.add_parser(
         "build",
         parents=[_common("build")],
-        help="stage what can be staged and write the artifact",
+        help=_COMMANDS["build"],
         description="Read the project's .ppy files, decide function by function what can be "
         "staged, stage it, and write one artifact. Prints one line per candidate function.",
     )
@@ -94,10 +137,12 @@ def _parser() -> argparse.ArgumentParser:
         help="exit 0 even when a function the policy allowed could not be staged",
     )
 
+
+def _add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = commands.add_parser(
         "run",
         parents=[_common("run")],
-        help="run a program with its staged functions in place",
+        help=_COMMANDS["run"],
         description="Run FILE as `python FILE ARGS...` would, with each staged function bound "
         "in place of the original. Builds first when the artifact is missing or stale.",
     )
@@ -117,10 +162,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     remainder.required = False  # argparse counts an empty remainder as missing
 
+
+def _add_record(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     record = commands.add_parser(
         "record",
         parents=[_common("record")],
-        help="run a program and write down the signatures of its jitted calls",
+        help=_COMMANDS["record"],
         description="Run FILE as `python FILE ARGS...` would, on the original jitted path, "
         "and write the signature of every call of the project's jax.jit functions to "
         ".ppy/signatures.json (merged with what is there): decorated or made by "
@@ -137,10 +184,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     rest.required = False
 
+
+def _add_inspect(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     inspect = commands.add_parser(
         "inspect",
         parents=[_common("inspect")],
-        help="print an artifact's manifest, entries and signatures",
+        help=_COMMANDS["inspect"],
         description="Validate an artifact and print what it holds.",
     )
     inspect.add_argument("artifact", type=Path, metavar="ARTIFACT")
@@ -151,10 +200,12 @@ def _parser() -> argparse.ArgumentParser:
         "each entry with its members and signature, and every decision (docs/artifact.md)",
     )
 
+
+def _add_explain(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     explain = commands.add_parser(
         "explain",
         parents=[_common("explain")],
-        help="print the decision trail for one function",
+        help=_COMMANDS["explain"],
         description="Print every rule evaluated for a function and the one that decided.",
     )
     explain.add_argument(
@@ -168,10 +219,12 @@ def _parser() -> argparse.ArgumentParser:
         help="the project folder or a file in it (default: .)",
     )
 
+
+def _add_server(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     server = commands.add_parser(
         "server",
         parents=[_common("server")],
-        help="show or stop the warm-start servers",
+        help=_COMMANDS["server"],
         description="The resident servers `ppy run --warm` starts, one per key "
         "(docs/warm-start.md): show them or stop them.",
     )
@@ -200,18 +253,22 @@ def _parser() -> argparse.ArgumentParser:
         help="the project folder or a file in it (default: .)",
     )
 
+
+def _add_plugins(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     commands.add_parser(
         "plugins",
         parents=[_common("plugins")],
-        help="list installed plugins and runtimes",
+        help=_COMMANDS["plugins"],
         description="List the distributions registered under ppy.plugins and ppy.runtimes, "
         "their versions, and whether each loaded.",
     )
 
+
+def _add_cache(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cache = commands.add_parser(
         "cache",
         parents=[_common("cache")],
-        help="show or clear the compiled-executable cache",
+        help=_COMMANDS["cache"],
         description="The per-user cache of compiled executables (never part of an "
         "artifact). Without an ACTION, show.",
     )
@@ -231,10 +288,12 @@ def _parser() -> argparse.ArgumentParser:
         "again when next needed.",
     )
 
+
+def _add_doctor(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     doctor = commands.add_parser(
         "doctor",
         parents=[_common("doctor")],
-        help="show where a program's start-up goes",
+        help=_COMMANDS["doctor"],
         description="Time `import jax` in a fresh interpreter, name installed versions known "
         "to be slow with their remedy, and show the artifact's freshness, what it stages and "
         "what stays, the executable cache, and the versions and machine. Exits 0 whatever it "
@@ -260,7 +319,19 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="give up timing `import jax` after this long (default: 60)",
     )
-    return parser
+
+
+_COMMAND_PARSERS = {
+    "build": _add_build,
+    "run": _add_run,
+    "record": _add_record,
+    "inspect": _add_inspect,
+    "explain": _add_explain,
+    "server": _add_server,
+    "plugins": _add_plugins,
+    "cache": _add_cache,
+    "doctor": _add_doctor,
+}
 
 
 def _seconds(text: str) -> float:
@@ -289,9 +360,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     The program of ``ppy run`` runs in this frame, not in one a call deeper:
     the frames a program sees above its own are the caller's (the ``ppy``
     script's) and this one, and no more. A warm server's child runs it in
-    ``ppy.commands.run.run`` instead, from the request this parsed."""
+    ``ppy.commands.run.run`` instead, from the request this parsed.
+
+    A run a warm server served ends here, as the ``ppy`` script (``argv``
+    None), by ``os._exit`` once this process's streams are flushed: the
+    program ran, and ended, in the server's child, and this process has
+    nothing left to do but the interpreter's own tear-down."""
     try:
         program = _main(list(sys.argv[1:] if argv is None else argv))
+        if isinstance(program, _Served) and argv is None:
+            _leave(program)
         if isinstance(program, int):
             return program
         with program as run:
@@ -301,9 +379,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return reader_gone()
 
 
+class _Served(int):
+    """The exit code of a run a warm server served."""
+
+
+def _leave(code: int) -> None:
+    """End the process with ``code`` at once, its streams flushed; where one
+    cannot be flushed (a reader gone), return, and the ordinary exit says so."""
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            try:
+                stream.flush()
+            except Exception:
+                return
+    os._exit(code)
+
+
 def _main(argv: list[str]) -> int | Program:
     """The command's exit code; for ``ppy run``, the program ready to run."""
-    args = _parser().parse_args(argv)
+    args = _parser(_asked(argv)).parse_args(argv)
     from ppy.log import configure
 
     verbosity = -1 if getattr(args, "quiet", False) else min(getattr(args, "verbose", 0), 2)
@@ -343,23 +437,18 @@ def _error(text: str) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from ppy.build.pipeline import build
     from ppy.cli.report import build_lines, summary
-
-    path: Path = args.path
-    if not path.exists():
-        raise UsageError(f"{path}: no such file or folder", remedy="give a project folder")
+    from ppy.commands.build import build
+    from ppy.layout import shown
     from ppy.progress import for_build
 
-    result = build(path, progress=for_build())
+    result = build(args.path, progress=for_build())
     for line in build_lines(result.decisions, result.project.plugins, width=_columns()):
         print(line)
     counts = {
         o: sum(d.outcome.value == o for d in result.decisions)
         for o in ("staged", "reused", "stays")
     }
-    from ppy.layout import shown
-
     print(
         f"wrote {shown(result.project.config.artifact)}: {counts['staged']} staged, "
         f"{counts['reused']} reused, {counts['stays']} stay"
@@ -406,7 +495,7 @@ def _run(args: argparse.Namespace, verbosity: int) -> int | Program:
         if wants_warm(request.warm, config):
             code = run_warm(config, request)
             if code is not None:
-                return code
+                return _Served(code)
     from ppy.commands.run import launch  # for start-up speed, as every command
 
     return launch(request, config=config)
@@ -438,10 +527,10 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from ppy.cli.report import explain
+    from ppy.cli.report import explained
+    from ppy.commands.explain import explain
 
-    text = explain(args.name, args.path)
-    print(text)
+    print(explained(explain(args.name, args.path)))
     return 0
 
 
@@ -466,14 +555,10 @@ def _cache(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from ppy.cli.doctor import gather, render_text, to_json
-    from ppy.cli.importtime import DEFAULT_TIMEOUT
+    from ppy.cli.diagnosis import render_text, to_json
+    from ppy.commands.doctor import gather
 
-    path: Path = args.path
-    if not path.exists():
-        raise UsageError(f"{path}: no such file or folder", remedy="give a project folder")
-    timeout = args.import_timeout if args.import_timeout is not None else DEFAULT_TIMEOUT
-    report = gather(path, measure_import=not args.no_import, timeout=timeout)
+    report = gather(args.path, measure_import=not args.no_import, timeout=args.import_timeout)
     if args.json:
         print(json.dumps(to_json(report), indent=2, sort_keys=True))
     else:

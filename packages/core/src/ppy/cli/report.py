@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ppy.decision import Decision, Outcome, nothing_staged
-from ppy.errors import UsageError
 from ppy.registry import Installed, Registry
 
-__all__ = ["build_lines", "explain", "plugin_lines", "summary"]
+if TYPE_CHECKING:
+    from ppy.commands.explain import Explained
+
+__all__ = ["build_lines", "explained", "plugin_lines", "summary"]
 
 
 def _word(decision: Decision, plugins: Registry) -> str:
@@ -145,67 +147,9 @@ def summary(decisions: Sequence[Decision]) -> str:
     return line if why is None else f"{line}: {why[0]}"
 
 
-def _matches(name: str, decision: Decision) -> bool:
-    return name in (
-        decision.qualname,
-        f"{decision.module}.{decision.qualname}",
-        f"{decision.module}:{decision.qualname}",
-    )
-
-
-def explain(name: str, target: Path) -> str:
-    """The decision trail for ``name``: the built one when the artifact is current,
-    else what the policy decides now (before any staging)."""
-    from ppy.artifact.read import ArtifactError, read_artifact
-    from ppy.build.freshness import staleness
-    from ppy.build.pipeline import load_project
-    from ppy.config import load_config
-
-    project = load_project(load_config(target))
-    decisions: Sequence[Decision] = project.decisions
-    note = "from the policy (not built yet)"
-    config = project.config
-    if config.artifact.exists():
-        try:
-            artifact = read_artifact(config.artifact)
-        except ArtifactError:
-            artifact = None
-        installed = {p.name: p for p in project.plugins.by_name.values()}
-        stale = staleness(config, artifact, lambda _names: installed)
-        if artifact is not None and stale is None:
-            decisions, note = artifact.decisions, f"from the artifact {config.artifact}"
-        elif stale:
-            note = f"from the policy; the artifact is stale: {stale}"
-    found = [d for d in decisions if _matches(name, d)]
-    if not found:
-        raise _not_found(name, config.root, decisions, [m.path for m in project.modules])
-    return "\n\n".join(_trail(d, note) for d in found)
-
-
-def _not_found(
-    name: str, root: Path, decisions: Sequence[Decision], sources: Sequence[str]
-) -> UsageError:
-    """Why ``name`` has no trail: another name, no candidate at all, or no
-    ``.ppy`` file where ppy looked."""
-    if decisions:
-        known = ", ".join(sorted({d.qualname for d in decisions}))
-        return UsageError(
-            f"no candidate function named {name!r} in {root}", remedy=f"candidates are: {known}"
-        )
-    if not sources:
-        return UsageError(
-            f"no .ppy files in {root}, so no candidate function named {name!r}",
-            remedy="give the project's folder or a file in it (ppy explain NAME PATH); the "
-            "project is the folder of the nearest pyproject.toml, and ppy reads the .ppy "
-            "files under it",
-        )
-    read = f"{len(sources)} .ppy file{'s' if len(sources) != 1 else ''} read"
-    return UsageError(
-        f"no candidate functions in {root} ({read}), so none named {name!r}",
-        remedy="a candidate is a function decorated with @jax.jit, @ppy.xla.jit or a "
-        "plugin's decorator, or a module-level f = jax.jit(g); `ppy plugins` lists the "
-        "decorators installed (docs/cli.md)",
-    )
+def explained(found: Explained) -> str:
+    """``ppy explain``'s text: each decision's trail, with where it comes from."""
+    return "\n\n".join(_trail(d, found.note) for d in found.decisions)
 
 
 def _trail(decision: Decision, note: str) -> str:

@@ -18,16 +18,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ppy.artifact.lock import build_lock
-from ppy.config import load_config
+from ppy.config import config_of
 from ppy.discovery.module import discover_module
 from ppy.errors import UsageError
-from ppy.layout import find_sources, module_name
+from ppy.layout import module_name
 from ppy.log import get_logger
 from ppy.record.observe import Recorder, candidates
-from ppy.record.signatures import read_signatures, signatures_path, write_signatures
+from ppy.record.signatures import read_signatures, recorded, write_signatures
 from ppy.run.collector import set_aside
 from ppy.run.program import Program
 from ppy.run.shadow import unless_shadowed
+from ppy.snapshot import Recording, take
 
 if TYPE_CHECKING:
     from ppy.record.format import Signatures
@@ -42,11 +43,13 @@ def record(program: str, argv: list[str], *, replace: bool) -> Program:
     path = Path(program)
     if not path.is_file():
         raise UsageError(f"{program}: no such file", remedy="give the path of a .ppy program")
-    config = load_config(path)
-    target = signatures_path(config.root)
-    if not replace:  # a damaged file stops the recording before the program runs
-        read_signatures(target)
-    modules = [discover_module(config.root, source) for source in find_sources(config.root)]
+    files = take(path)  # the project's files, read once for the recording
+    config = config_of(files)
+    # A damaged file stops the recording before the program runs.
+    earlier = None if replace else recorded(files.recording)
+    modules = [
+        discover_module(config.root, source, files.source(source)) for source in files.sources()
+    ]
     main = module_name(config.root.resolve(), path.resolve()) or "__main__"
     recorder = Recorder(config.root, candidates(modules), main)
     unless_shadowed(program, argv)
@@ -58,13 +61,23 @@ def record(program: str, argv: list[str], *, replace: bool) -> Program:
         runtimes={},
         root=config.root,
         binder=recorder,
-        ended=functools.partial(_ended, recorder, target, config.artifact, replace=replace),
+        ended=functools.partial(
+            _ended, recorder, files.recording, earlier, config.artifact, replace=replace
+        ),
     )
 
 
-def _ended(recorder: Recorder, target: Path, artifact: Path, *, replace: bool) -> None:
+def _ended(
+    recorder: Recorder,
+    recording: Recording,
+    earlier: Signatures | None,
+    artifact: Path,
+    *,
+    replace: bool,
+) -> None:
     """Write what the run called, and say what was written and what was not."""
-    found = _write(target, recorder.signatures(), artifact, replace=replace)
+    target = recording.path
+    found = _write(recording, earlier, recorder.signatures(), artifact, replace=replace)
     log = get_logger()
     for (function, why), calls in sorted(recorder.skipped.items()):
         log.warning(
@@ -79,14 +92,29 @@ def _ended(recorder: Recorder, target: Path, artifact: Path, *, replace: bool) -
     log.info("record.written", path=str(target), functions=len(found.functions), runs=found.runs)
 
 
-def _write(target: Path, found: Signatures, artifact: Path, *, replace: bool) -> Signatures:
+def _write(
+    recording: Recording,
+    earlier: Signatures | None,
+    found: Signatures,
+    artifact: Path,
+    *,
+    replace: bool,
+) -> Signatures:
     """Write this run's signatures, merged with the file as it is now, under
     the project's lock: a recording of another program of the project that
-    ends meanwhile is merged too, never written over. What was written."""
+    ends meanwhile is merged too, never written over. What was written.
+
+    ``earlier`` is what the file held when the recording started
+    (``recording``); it is read again only where it is another file now."""
     with build_lock(artifact):
-        current = None if replace else read_signatures(target)
+        if replace:
+            current = None
+        elif recording.changed_since():
+            current = read_signatures(recording.path)
+        else:
+            current = earlier
         if current is not None:
             current.merge(found)
             found = current
-        write_signatures(target, found)
+        write_signatures(recording.path, found)
     return found

@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ppy.config import load_config
+from ppy.config import config_of
 from ppy.decision import Outcome, nothing_staged
 from ppy.errors import ConfigError, PpyError, UsageError, reader_gone
 from ppy.log import configure, get_logger
 from ppy.run.collector import set_aside
 from ppy.run.program import Program
 from ppy.run.shadow import unless_shadowed
+from ppy.snapshot import take
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -94,7 +95,7 @@ def prepare(program: Path, *, build: bool = True, config: Config | None = None) 
     if not program.is_file():
         raise UsageError(f"{program}: no such file", remedy="give the path of a .ppy program")
     if config is None:
-        config = load_config(program)
+        config = config_of(take(program))  # the project's files, read once for the run
     artifact = _read(config)
     if build:
         # Here for start-up speed: ``--no-build`` imports neither.

@@ -33,12 +33,14 @@ from ppy.layout import module_name
 __all__ = ["discover_module", "discover_source"]
 
 
-def discover_module(root: Path, path: Path) -> ModuleInfo:
-    """Discover one file; the sha256 is of its bytes as they are on disk."""
+def discover_module(root: Path, path: Path, data: bytes | None = None) -> ModuleInfo:
+    """Discover one file; the sha256 is of its bytes as they are on disk, or
+    of ``data``, its bytes as the command read them (``ppy.snapshot``)."""
     name = module_name(root, path)
     if name is None:
         raise ValueError(f"{path} is not under the project root {root}")
-    data = Path(path).read_bytes()
+    if data is None:
+        data = Path(path).read_bytes()
     relative = Path(path).relative_to(root).as_posix()
     digest = hashlib.sha256(data).hexdigest()
     try:

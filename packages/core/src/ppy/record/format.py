@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ppy.annotations import DTYPE_NAMES
-from ppy.config import SIGNATURES, SIGNATURES_LIMIT
+from ppy.snapshot import SIGNATURES, SIGNATURES_LIMIT
 
 __all__ = [
     "ARRAY",

@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from ppy.config import read_file
 from ppy.errors import ConfigError
 from ppy.record.format import (
     ARRAY,
@@ -44,8 +43,9 @@ from ppy.record.format import (
     parse_array,
 )
 from ppy.record.generalise import generalise
+from ppy.snapshot import Recording, read_file
 
-__all__ = ["read_signatures", "signatures_path", "write_signatures"]
+__all__ = ["read_signatures", "recorded", "signatures_path", "write_signatures"]
 
 
 def signatures_path(root: Path) -> Path:
@@ -53,23 +53,38 @@ def signatures_path(root: Path) -> Path:
 
 
 def read_signatures(path: Path) -> Signatures | None:
-    """The file at ``path``, checked; None where there is none; ``ConfigError``
-    (exit 2) naming the line where it is not what ``ppy record`` writes.
+    """The file at ``path``, read now and checked; None where there is none;
+    ``ConfigError`` (exit 2) naming the line where it is not what ``ppy
+    record`` writes.
 
     Only a regular file is read, and opening it never waits (a FIFO there is
-    an error, not a hang). JSON's non-finite numbers (``NaN``, ``Infinity``,
-    ``1e999``) are refused where they are: no static value ppy stages is one.
+    an error, not a hang).
     """
     try:
-        data = read_file(path, MAX_BYTES)
+        data: bytes | None = read_file(path, MAX_BYTES)
     except FileNotFoundError:
-        return None
+        data = None
     except OSError as error:
+        return recorded(Recording(path, None, error))
+    return recorded(Recording(path, data))
+
+
+def recorded(recording: Recording) -> Signatures | None:
+    """The signatures a snapshot's recording holds (``ppy.snapshot``), checked
+    as ``read_signatures`` checks them: what a build stages is the bytes its
+    configuration digest is of. JSON's non-finite numbers (``NaN``,
+    ``Infinity``, ``1e999``) are refused where they are: no static value ppy
+    stages is one."""
+    path, data = recording.path, recording.data
+    if recording.error is not None:
+        error = recording.error
         raise ConfigError(
             f"cannot read it: {error.strerror or error}",
             path=str(path),
             remedy="make it a readable file, or remove it and record again with `ppy record`",
         ) from None
+    if data is None:
+        return None
     if len(data) > MAX_BYTES:
         raise _bad(path, 1, f"it is over {MAX_BYTES >> 20} MiB")
     try:

@@ -517,9 +517,15 @@ def _rss() -> int:
 
 
 #: What every ``ppy run`` imports before the program starts (the runtimes
-#: come from their entry points, which ``ppy.registry`` loads with stevedore).
+#: come from their entry points, which ``ppy.registry`` loads with stevedore),
+#: and what ``import ppy`` loads when first named: a child imports none of it.
 _RUN_PATH = (
-    "ppy.cli.main",
+    "ppy.annotations",
+    "ppy.xla",
+    "ppy.snapshot",
+    "ppy.config",
+    "ppy.artifact.read",
+    "ppy.warm.child",
     "ppy.commands.run",
     "ppy.run.program",
     "ppy.run.binding",

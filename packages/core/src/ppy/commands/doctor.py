@@ -1,11 +1,11 @@
-"""``ppy doctor``: where a program's start-up goes, on one screen.
+"""``ppy doctor``: where a program's start-up goes, gathered into one report.
 
 A ``ppy run`` starts by importing jax, checks the artifact (a stale one is
 rebuilt before the program starts), and loads each staged function's
 executable from the per-user cache or compiles it. Each of those can be the
 slow part, and each is checked here without importing jax in this process:
 
-- ``import jax`` is timed in a fresh interpreter (``ppy.cli.importtime``),
+- ``import jax`` is timed in a fresh interpreter (``ppy.commands.importtime``),
   and then, in the same interpreter, jax's backend start: the first
   ``jax.devices()``, which loads the platform's plugin (libtpu) and opens the
   device. On a TPU v5e that open alone takes 6 to 11 s, in every process:
@@ -25,9 +25,9 @@ slow part, and each is checked here without importing jax in this process:
   cache load) is not timed here: it happens at the program's calls, and
   ``ppy -vv run FILE`` logs each load and compile as it happens.
 
-``gather`` collects everything into a ``Report``; ``to_json`` and
-``render_text`` only format it. Nothing here fails on what it finds: a
-missing artifact or a broken configuration is part of the report.
+``gather`` collects everything into a ``Report``; ``ppy.cli.diagnosis``
+only formats it. Nothing here fails on what it finds: a missing artifact or
+a broken configuration is part of the report.
 """
 
 from __future__ import annotations
@@ -36,24 +36,22 @@ import os
 import platform
 import re
 import sys
-import textwrap
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ppy.cache import human_size
-from ppy.cli.importtime import DEFAULT_TIMEOUT, BackendStart, ImportProfile, by_package, measure
+from ppy.commands.importtime import DEFAULT_TIMEOUT, ImportProfile, measure
 from ppy.decision import Decision, Outcome
+from ppy.errors import UsageError
 
 if TYPE_CHECKING:
     from ppy.artifact.model import Artifact
     from ppy.cache import ExecutableCache
 
 __all__ = [
-    "FORMAT_VERSION",
     "SLOW_VERSIONS",
     "VERSIONED",
     "ArtifactReport",
@@ -72,18 +70,10 @@ __all__ = [
     "installed_versions",
     "interpreter",
     "machine",
-    "render_text",
-    "to_json",
 ]
 
-#: The version of ``to_json``'s layout; a field renamed or removed bumps it.
-FORMAT_VERSION = 1
 #: The distributions whose versions start-up depends on, in the order shown.
 VERSIONED: tuple[str, ...] = ("jax", "jaxlib", "ml_dtypes", "numpy")
-#: How many functions of each outcome the text lists before "and N more".
-_LISTED = 8
-#: The text's width: a screen, not a log line.
-_WIDTH = 100
 
 Release = tuple[int, ...]
 
@@ -242,10 +232,13 @@ class Report:
     cache: CacheReport
 
 
-def gather(
-    target: Path, *, measure_import: bool = True, timeout: float = DEFAULT_TIMEOUT
-) -> Report:
-    """Everything ``ppy doctor`` reports for the project at or above ``target``."""
+def gather(target: Path, *, measure_import: bool = True, timeout: float | None = None) -> Report:
+    """Everything ``ppy doctor`` reports for the project at or above ``target``;
+    ``import jax`` is given up on after ``timeout`` seconds (None:
+    ``DEFAULT_TIMEOUT``)."""
+    if not target.exists():
+        raise UsageError(f"{target}: no such file or folder", remedy="give a project folder")
+    timeout = timeout if timeout is not None else DEFAULT_TIMEOUT
     versions = installed_versions()
     artifact = artifact_report(target)
     profile = (
@@ -335,12 +328,13 @@ def artifact_report(target: Path) -> ArtifactReport:
     remembers it, so the next run does not repeat it)."""
     from ppy.artifact.read import read_artifact
     from ppy.build.freshness import staleness
-    from ppy.config import load_config
+    from ppy.config import config_of
     from ppy.errors import ArtifactError, ConfigError
     from ppy.registry import installed_plugins
+    from ppy.snapshot import take
 
     try:
-        config = load_config(target)
+        config = config_of(take(target))
     except ConfigError as error:
         root = (target if target.is_dir() else target.parent).resolve()
         return ArtifactReport(root, None, ArtifactState.BAD_CONFIG, error.message, error.remedy)
@@ -389,248 +383,3 @@ def cache_report(artifact: Artifact | None, cache: ExecutableCache | None = None
     return CacheReport(
         cache.directory, untrusted, executables, total, unstaged, unstaged_total, warm, note
     )
-
-
-# -- formatting ---------------------------------------------------------------------------
-
-
-def _seconds(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)
-
-
-def _function(decision: Decision) -> str:
-    return f"{decision.module}.{decision.qualname}"
-
-
-def to_json(report: Report) -> dict[str, Any]:
-    """The report as one JSON-able object; docs/cli.md lists every field."""
-    profile = report.import_jax
-    artifact, cache = report.artifact, report.cache
-    return {
-        "format_version": FORMAT_VERSION,
-        "python": {
-            "version": report.python.version,
-            "implementation": report.python.implementation,
-            "executable": report.python.executable,
-        },
-        "versions": dict(report.versions),
-        "platform": {
-            "platform": report.machine.platform,
-            "machine": report.machine.machine,
-            "cpus": report.machine.cpus,
-            "cpus_usable": report.machine.cpus_usable,
-        },
-        "import_jax": {
-            "measured": profile is not None and profile.error is None,
-            "seconds": _seconds(profile.seconds) if profile is not None else None,
-            "top": [
-                {
-                    "package": p.package,
-                    "self_seconds": _seconds(p.self_us / 1e6),
-                    "modules": p.modules,
-                }
-                for p in (profile.top() if profile is not None and profile.error is None else ())
-            ],
-            "error": profile.error if profile is not None else None,
-        },
-        "backend_start": _backend_json(profile.backend if profile is not None else None),
-        "findings": [
-            {
-                "package": f.package,
-                "installed": f.installed,
-                "why": f.why,
-                "remedy": f.remedy,
-                "measured_seconds": _seconds(f.measured_seconds),
-                "slow_here": f.slow_here,
-                "would_save_seconds": _seconds(f.would_save_seconds),
-            }
-            for f in report.findings
-        ],
-        "artifact": {
-            "root": str(artifact.root),
-            "path": None if artifact.path is None else str(artifact.path),
-            "state": artifact.state.value,
-            "reason": artifact.reason,
-            "remedy": artifact.remedy,
-            "entries": artifact.entries,
-            "staged": [
-                {"function": _function(d), "kind": d.kind, "signature": d.signature}
-                for d in artifact.staged
-            ],
-            "stays": [
-                {"function": _function(d), "rule": d.rule, "reason": d.reason, "remedy": d.remedy}
-                for d in artifact.stays
-            ],
-        },
-        "cache": {
-            "directory": str(cache.directory),
-            "untrusted": cache.untrusted,
-            "executables": cache.executables,
-            "bytes": cache.bytes,
-            "unstaged": cache.unstaged,
-            "unstaged_bytes": cache.unstaged_bytes,
-            "warm": cache.warm.value,
-            "note": cache.note,
-        },
-    }
-
-
-def _backend_json(backend: BackendStart | None) -> dict[str, Any]:
-    measured = backend is not None and backend.error is None
-    return {
-        "measured": measured,
-        "seconds": _seconds(backend.seconds) if backend is not None else None,
-        "platform": backend.platform if backend is not None else None,
-        "device_kind": backend.device_kind if backend is not None else None,
-        "device_count": backend.device_count if backend is not None else None,
-        "imports": [
-            {"package": p.package, "self_seconds": _seconds(p.self_us / 1e6), "modules": p.modules}
-            for p in (by_package(backend.imports)[:5] if backend is not None else ())
-        ],
-        "error": backend.error if backend is not None else None,
-    }
-
-
-def _wrapped(text: str, indent: str) -> Iterator[str]:
-    yield from textwrap.wrap(
-        text, _WIDTH, initial_indent=indent, subsequent_indent=indent, break_on_hyphens=False
-    )
-
-
-def _clipped(text: str) -> str:
-    """One line of at most ``_WIDTH`` characters: the list is a glance, ``ppy
-    explain`` the whole story."""
-    return text if len(text) <= _WIDTH else text[: _WIDTH - 3].rstrip() + "..."
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
-
-
-def _versions(report: Report) -> str:
-    names = ("ppy", *VERSIONED)
-    return ", ".join(f"{n} {report.versions.get(n) or 'not installed'}" for n in names)
-
-
-def _import_lines(profile: ImportProfile | None) -> Iterator[str]:
-    if profile is None:
-        yield "import jax  not measured (--no-import)"
-        return
-    if profile.error is not None or profile.seconds is None:
-        yield f"import jax  not measured: {profile.error}"
-        return
-    yield f"import jax  {profile.seconds:.2f} s (a fresh `python -X importtime -c 'import jax'`)"
-    top = profile.top()
-    width = max((len(p.package) for p in top), default=0)
-    for package in top:
-        yield f"  {package.package.ljust(width)}  {package.self_us / 1e6:5.2f} s"
-
-
-def _backend_lines(profile: ImportProfile | None) -> Iterator[str]:
-    if profile is None:
-        yield "backend start  not measured (--no-import)"
-        return
-    backend = profile.backend
-    if profile.error is not None or profile.seconds is None or backend is None:
-        yield "backend start  not measured: jax did not import"
-        return
-    if backend.error is not None or backend.seconds is None:
-        yield f"backend start  failed after `import jax`: {backend.error}"
-        return
-    count = backend.device_count or 0
-    yield (
-        f"backend start  {backend.seconds:.2f} s: {backend.device_kind} ({backend.platform}, "
-        f"{_plural(count, 'device')}), the first jax.devices() after the import"
-    )
-    loaded = [p for p in by_package(backend.imports) if p.self_us >= 1000][:5]
-    if loaded:
-        shown = ", ".join(f"{p.package} {p.self_us / 1e6:.2f} s" for p in loaded)
-        yield f"  imported by it (the platform's plugin): {shown}"
-    floor = profile.seconds + backend.seconds
-    yield from _wrapped(
-        f"every process that computes with jax pays both before its program's first call: "
-        f"{floor:.2f} s here; a forked child (ppy run --warm) cannot inherit an open device",
-        "  ",
-    )
-    yield from _wrapped(
-        "the program's eager ops and each staged function's compile or cache load come at "
-        "its calls: `ppy -vv run FILE` logs them (cache.hit, cache.miss, cache.unstaged)",
-        "  ",
-    )
-
-
-def _finding_lines(report: Report) -> Iterator[str]:
-    if not report.findings:
-        checked = ", ".join(row.package for row in SLOW_VERSIONS)
-        yield f"slow versions  none found (checked: {checked})"
-        return
-    yield f"slow versions  {len(report.findings)} installed in a range known to be slow"
-    for f in report.findings:
-        if f.measured_seconds is None:
-            yield f"  {f.package} {f.installed}"
-        else:
-            yield f"  {f.package} {f.installed}: its import took {f.measured_seconds:.2f} s here"
-        yield from _wrapped(f.why, "    ")
-        if f.slow_here is False:
-            yield "    not slow here, so there is nothing to do"
-        else:
-            yield f"    remedy (a suggestion; ppy changes no installed package): {f.remedy}"
-        if f.would_save_seconds is not None:
-            yield f"    it would take about {f.would_save_seconds:.2f} s off every start-up"
-
-
-def _listed(decisions: Sequence[Decision], line: Callable[[Decision], str]) -> Iterator[str]:
-    for decision in decisions[:_LISTED]:
-        yield line(decision)
-    if len(decisions) > _LISTED:
-        yield f"    and {len(decisions) - _LISTED} more (`ppy inspect` lists them all)"
-
-
-def _artifact_lines(artifact: ArtifactReport) -> Iterator[str]:
-    where = artifact.path if artifact.path is not None else artifact.root
-    yield f"artifact  {where}: {artifact.state.value}"
-    if artifact.reason is not None:
-        yield from _wrapped(artifact.reason, "  ")
-    if artifact.remedy is not None:
-        yield from _wrapped(f"remedy: {artifact.remedy}", "  ")
-    if artifact.artifact is None:
-        return
-    yield f"  {len(artifact.staged)} staged, {len(artifact.stays)} stay (ordinary calls)"
-    yield from _listed(
-        artifact.staged,
-        lambda d: _clipped(f"    staged  {_function(d)}  {d.kind or '-'}  {d.signature}"),
-    )
-    yield from _listed(
-        artifact.stays, lambda d: _clipped(f"    stays   {_function(d)}  [{d.rule}] {d.reason}")
-    )
-    if artifact.stays:
-        yield "  `ppy explain NAME` gives a function's whole decision trail"
-
-
-def _cache_lines(cache: CacheReport) -> Iterator[str]:
-    yield f"executable cache  {cache.directory}"
-    yield (
-        f"  {_plural(cache.executables, 'staged executable')}, {human_size(cache.bytes)}; "
-        f"{_plural(cache.unstaged, 'unstaged computation')}, {human_size(cache.unstaged_bytes)}"
-    )
-    yield from _wrapped(f"warm for this program: {cache.warm.value} ({cache.note})", "  ")
-
-
-def render_text(report: Report) -> str:
-    """The report for people: one screen, a section a paragraph."""
-    m = report.machine
-    cpus = (
-        f"{m.cpus} CPUs" if m.cpus_usable in (None, m.cpus) else f"{m.cpus_usable} of {m.cpus} CPUs"
-    )
-    sections = [
-        [
-            f"python    {report.python.version} ({report.python.executable})",
-            f"platform  {m.platform}, {m.machine}, {cpus}",
-            f"versions  {_versions(report)}",
-        ],
-        [*_import_lines(report.import_jax), *_backend_lines(report.import_jax)],
-        list(_finding_lines(report)),
-        list(_artifact_lines(report.artifact)),
-        list(_cache_lines(report.cache)),
-    ]
-    return "\n\n".join("\n".join(lines) for lines in sections)
