@@ -14,16 +14,22 @@ that recordings of two programs of one project that run at once both land.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from ppy.artifact.entry import Entry
 from ppy.artifact.lock import build_lock
-from ppy.config import load_config
+from ppy.build.pipeline import written_by
+from ppy.config import Config, load_config
 from ppy.discovery.module import discover_module
 from ppy.errors import UsageError
 from ppy.layout import find_sources, module_name
 from ppy.log import get_logger
+from ppy.plugin import CONTRACT, LiveExporter, LiveRequest
+from ppy.record.exports import write_exports
 from ppy.record.observe import Recorder, candidates
+from ppy.registry import load_plugins
 from ppy.record.signatures import read_signatures, signatures_path, write_signatures
 from ppy.run.collector import set_aside
 from ppy.run.program import Program
@@ -49,6 +55,7 @@ def record(program: str, argv: list[str], *, replace: bool) -> Program:
     modules = [discover_module(config.root, source) for source in find_sources(config.root)]
     main = module_name(config.root.resolve(), path.resolve()) or "__main__"
     recorder = Recorder(config.root, candidates(modules), main)
+    sources = {m.name: (m.path, m.sha256) for m in modules}
     unless_shadowed(program, argv)
     set_aside(config.root)
     return Program(
@@ -58,15 +65,45 @@ def record(program: str, argv: list[str], *, replace: bool) -> Program:
         runtimes={},
         root=config.root,
         binder=recorder,
-        ended=functools.partial(_ended, recorder, target, config.artifact, replace=replace),
+        ended=functools.partial(_ended, recorder, config, sources, replace=replace),
     )
 
 
-def _ended(recorder: Recorder, target: Path, artifact: Path, *, replace: bool) -> None:
-    """Write what the run called, and say what was written and what was not."""
-    found = _write(target, recorder.signatures(), artifact, replace=replace)
+def _ended(
+    recorder: Recorder,
+    config: Config,
+    sources: Mapping[str, tuple[str, str]],
+    *,
+    replace: bool,
+) -> None:
+    """Export what only this process can (``ppy.record.live``), write what
+    the run called and those exports, and say what was written and what was not."""
+    target = signatures_path(config.root)
     log = get_logger()
+    exported = _export_live(recorder, config)
+    found = _write(target, recorder.signatures(), config.artifact, replace=replace)
+    if exported is not None:
+        try:
+            with build_lock(config.artifact):
+                write_exports(
+                    config.root,
+                    config.project,
+                    config.digest,
+                    exported,
+                    sources,
+                    written_by(),
+                )
+        except OSError as error:
+            log.warning(
+                "record.export_failed",
+                function="*",
+                rule="write-failed",
+                reason=f"the exports could not be written: {error}",
+            )
+    done = {e.qualname for e in exported or ()}
     for (function, why), calls in sorted(recorder.skipped.items()):
+        if function in done:
+            continue  # exported from the live run: what the file cannot hold does not matter
         log.warning(
             "record.skipped",
             function=function,
@@ -77,6 +114,80 @@ def _ended(recorder: Recorder, target: Path, artifact: Path, *, replace: bool) -
             "an input whose pytree cannot be recorded with ppy.Like",
         )
     log.info("record.written", path=str(target), functions=len(found.functions), runs=found.runs)
+
+
+def _export_live(recorder: Recorder, config: Config) -> list[Entry] | None:
+    """The entries the plugin for ``jax.jit`` exported from this process, for
+    the functions the build cannot make again; None where there are none to
+    export. A failure is an event, never the program's: its output and exit
+    status are already settled."""
+    live = [(m, q, w) for m, q, w in recorder.live.values() if w.counts and w.function is not None]
+    if not live:
+        return None
+    log = get_logger()
+    try:
+        exporter, settings = _exporter(config)
+    except Exception as error:  # a broken plugin or configuration: the recording still stands
+        log.warning("record.export_skipped", reason=f"{type(error).__name__}: {error}")
+        return None
+    if exporter is None:
+        log.warning(
+            "record.export_skipped",
+            reason="no installed plugin for jax.jit exports from the recorded run "
+            f"(plugin contract {CONTRACT[0]}.2); "
+            + ", ".join(f"{m}.{q}" for m, q, _ in live)
+            + " stay",
+        )
+        return None
+    entries: list[Entry] = []
+    for module, qualname, watch in live:
+        calls = watch.calls()
+        request = LiveRequest(
+            root=config.root,
+            settings=settings,
+            module=module,
+            qualname=qualname,
+            function=watch.function,
+            parameters=watch.parameters,
+            calls=calls,
+            program=module == recorder.main,
+        )
+        try:
+            result = exporter.export_live(request)
+        except Exception as error:  # a plugin bug: the function stays
+            log.warning(
+                "record.export_failed",
+                function=f"{module}.{qualname}",
+                rule="plugin-failed",
+                reason=f"{type(error).__name__}: {error}",
+            )
+            continue
+        if isinstance(result, Entry):
+            entries.append(result)
+            log.info(
+                "record.exported",
+                function=f"{module}.{qualname}",
+                signatures=len(calls),
+                reason=watch.why,
+            )
+        else:
+            log.warning(
+                "record.export_failed",
+                function=f"{module}.{qualname}",
+                rule=result.rule,
+                reason=result.reason,
+            )
+    return entries
+
+
+def _exporter(config: Config) -> tuple[LiveExporter | None, Mapping[str, Any]]:
+    """The installed plugin that stages ``jax.jit`` and can export live, with
+    its settings for this project."""
+    for plugin in load_plugins().by_name.values():
+        if "jax.jit" in plugin.decorators and isinstance(plugin, LiveExporter):
+            table = config.plugins.get(plugin.name, {})
+            return plugin, plugin.validate_settings(table, str(config.config_path))
+    return None, {}
 
 
 def _write(target: Path, found: Signatures, artifact: Path, *, replace: bool) -> Signatures:
