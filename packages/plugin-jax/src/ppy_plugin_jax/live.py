@@ -84,6 +84,7 @@ def _failure(request: LiveRequest, result: dict[str, Any], output: str) -> Stage
 def _exported(request: LiveRequest) -> Entry:
     import jax
     from jax._src import config as jax_config
+    from ppy.kinds.fingerprint import python_function
     from ppy.kinds.jax_export import JaxExport
     from ppy.kinds.trace_config import read as read_config
     from ppy.plugin import Entry
@@ -103,7 +104,9 @@ def _exported(request: LiveRequest) -> Entry:
         {"name": name, "kind": kind, "static": name in static, "choices": None}
         for name, kind in request.parameters
     ]
-    fn = request.function
+    # The Python function the jit wraps, traced anew: the jit's own cache
+    # holds the program's trace, and a trace that prints must be seen to.
+    fn = python_function(request.function) or request.function
     read = worker._captures(fn, shared, main)
     variants = []
     first = None

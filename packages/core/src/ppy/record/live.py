@@ -14,6 +14,7 @@ line the plugin exports it from the live function at those signatures
 from __future__ import annotations
 
 import ast
+import builtins
 import dis
 import types
 from collections.abc import Iterator, Mapping
@@ -96,9 +97,9 @@ def needs_live(fn: types.FunctionType, names: frozenset[str], main: str) -> str 
         literal = value is None or type(value) in (bool, int, str) or type(value) is float
         if not literal and reference(value, main) is None:
             return f"it reads {name} of the function around it"
-    space = fn.__globals__
     for name in sorted(set(_globals_read(fn.__code__))):
-        if name in space and name not in names:
+        # Not yet set where the function is made: the main guard sets it later.
+        if name not in names and not hasattr(builtins, name):
             return f"it reads {name}, which the program sets as it runs"
     return None
 
