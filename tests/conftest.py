@@ -269,7 +269,9 @@ def _build_example(name: str, base: Path) -> BuiltExample:
     folder = base / name
     shutil.copytree(EXAMPLES / name, folder, ignore=EXAMPLE_OUTPUTS)
     if name in RECORDED_HERE:
-        recorded = run_ppy("record", "model.ppy", cwd=folder, env={"PPY_CACHE_DIR": str(base / "cache")})
+        recorded = run_ppy(
+            "record", "model.ppy", cwd=folder, env={"PPY_CACHE_DIR": str(base / "cache")}
+        )
         assert recorded.returncode == 0, recorded.stdout + recorded.stderr
     plain = subprocess.run(
         [sys.executable, "model.ppy"],

@@ -23,7 +23,7 @@ import contextlib
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ppy.kinds.fingerprint import DEFAULT_LIMIT
@@ -43,6 +43,7 @@ def export_live(request: LiveRequest) -> Entry | StageFailure:
     from ppy_plugin_jax import worker
 
     root = str(request.root)
+    result: Entry | dict[str, Any]
     with _output() as printed:
         try:
             result = _exported(request)
@@ -100,7 +101,7 @@ def _exported(request: LiveRequest) -> Entry:
     }
     main = request.module if request.program else None
     static = set(request.calls[0].static)
-    params = [
+    params: list[Mapping[str, Any]] = [
         {"name": name, "kind": kind, "static": name in static, "choices": None}
         for name, kind in request.parameters
     ]

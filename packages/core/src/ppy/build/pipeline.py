@@ -384,9 +384,7 @@ def _recorded_exports(project: Project, ledger: _Ledger) -> None:
             remedy="record again with `ppy record FILE`",
         )
     kinds = {p.kind: p for p in project.plugins.by_name.values()}
-    recorded = {
-        (m.name, f.qualname): f.recorded for m in project.modules for f in m.functions
-    }
+    recorded = {(m.name, f.qualname): f.recorded for m in project.modules for f in m.functions}
     for key, entry in sorted(found.entries.items()):
         decision = ledger.decisions.get(key)
         plugin = kinds.get(entry.kind)

@@ -26,11 +26,11 @@ from ppy.discovery.module import discover_module
 from ppy.errors import UsageError
 from ppy.layout import find_sources, module_name
 from ppy.log import get_logger
-from ppy.plugin import CONTRACT, LiveExporter, LiveRequest
+from ppy.plugin import CONTRACT, LiveExporter, LiveRequest, Plugin
 from ppy.record.exports import write_exports
 from ppy.record.observe import Recorder, candidates
-from ppy.registry import load_plugins
 from ppy.record.signatures import read_signatures, signatures_path, write_signatures
+from ppy.registry import load_plugins
 from ppy.run.collector import set_aside
 from ppy.run.program import Program
 from ppy.run.shadow import unless_shadowed
@@ -183,10 +183,12 @@ def _export_live(recorder: Recorder, config: Config) -> list[Entry] | None:
 def _exporter(config: Config) -> tuple[LiveExporter | None, Mapping[str, Any]]:
     """The installed plugin that stages ``jax.jit`` and can export live, with
     its settings for this project."""
-    for plugin in load_plugins().by_name.values():
-        if "jax.jit" in plugin.decorators and isinstance(plugin, LiveExporter):
-            table = config.plugins.get(plugin.name, {})
-            return plugin, plugin.validate_settings(table, str(config.config_path))
+    for found in load_plugins().by_name.values():
+        plugin: Plugin = found
+        if "jax.jit" not in plugin.decorators or not isinstance(plugin, LiveExporter):
+            continue
+        table = config.plugins.get(plugin.name, {})
+        return plugin, plugin.validate_settings(table, str(config.config_path))
     return None, {}
 
 

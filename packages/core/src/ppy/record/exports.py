@@ -142,7 +142,9 @@ def _read(folder: Path, signatures: str | None) -> Artifact | None:
     notes = index.get("notes")
     notes = notes if isinstance(notes, dict) else {}
     entries = tuple(
-        replace(e, note=note) if isinstance(note := notes.get(f"{e.module}:{e.qualname}"), str) else e
+        replace(e, note=note)
+        if isinstance(note := notes.get(f"{e.module}:{e.qualname}"), str)
+        else e
         for e in artifact.entries
     )
     return replace(artifact, entries=entries)
@@ -160,21 +162,22 @@ def read_exports(root: Path, sources: Mapping[str, str]) -> LiveExports:
         return LiveExports()
     try:
         artifact = _read(exports_folder(root), signatures)
-    except _Stale as stale:
+    except _Stale as why:
         previous = _read_anyway(exports_folder(root))
         names = [f"{e.module}.{e.qualname}" for e in previous.entries] if previous else ["*"]
-        return LiveExports(stale=tuple((name, str(stale)) for name in names))
+        return LiveExports(stale=tuple((name, str(why)) for name in names))
     if artifact is None:
         return LiveExports()
     fresh: dict[tuple[str, str], Entry] = {}
-    stale = []
+    changed = []
     for entry in artifact.entries:
         record = artifact.module(entry.module)
         if record is None or sources.get(entry.module) != record.sha256:
-            stale.append((f"{entry.module}.{entry.qualname}", "its source changed since the recording"))
+            name = f"{entry.module}.{entry.qualname}"
+            changed.append((name, "its source changed since the recording"))
             continue
         fresh[entry.key] = entry
-    return LiveExports(fresh, tuple(stale), {m.name: m for m in artifact.modules})
+    return LiveExports(fresh, tuple(changed), {m.name: m for m in artifact.modules})
 
 
 def _read_anyway(folder: Path) -> Artifact | None:

@@ -120,7 +120,9 @@ class LiveWatch:
         self.function: Any = None
         self.counts: dict[Any, int] = {}
 
-    def note(self, positional: tuple[str, ...], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+    def note(
+        self, positional: tuple[str, ...], args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> None:
         """Count this call's signature; a call that leaves a parameter to its
         default, or passes a leaf jit cannot take, is left to the file alone."""
         values = dict(zip(positional, args, strict=False))
@@ -146,7 +148,7 @@ class LiveWatch:
         traced = tuple(n for n, _ in self.parameters if n not in self.static)
         ordered = sorted(self.counts.items(), key=lambda item: -item[1])
         return tuple(
-            LiveCall(traced, dict(static), tree, leaves, count)  # type: ignore[arg-type]
+            LiveCall(traced, dict(static), tree, leaves, count)
             for (static, tree, leaves), count in ordered
         )
 
@@ -171,4 +173,5 @@ def _leaf(value: Any) -> tuple[Any, ...] | None:
     sharding = getattr(value, "sharding", None)
     if sharding is not None and len(getattr(sharding, "device_set", ())) > 1:
         return None
-    return ("array", tuple(int(d) for d in shape), str(dtype), bool(getattr(value, "weak_type", False)))
+    weak = bool(getattr(value, "weak_type", False))
+    return ("array", tuple(int(d) for d in shape), str(dtype), weak)
