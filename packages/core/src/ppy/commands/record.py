@@ -20,17 +20,15 @@ from typing import TYPE_CHECKING, Any
 
 from ppy.artifact.entry import Entry
 from ppy.artifact.lock import build_lock
-from ppy.build.pipeline import written_by
 from ppy.config import Config, load_config
 from ppy.discovery.module import discover_module
 from ppy.errors import UsageError
 from ppy.layout import find_sources, module_name
 from ppy.log import get_logger
-from ppy.plugin import CONTRACT, LiveExporter, LiveRequest, Plugin
+from ppy.plugin import CONTRACT, KNOWN_DECORATORS, LiveExporter, LiveRequest, Plugin
 from ppy.record.exports import write_exports
 from ppy.record.observe import Recorder, candidates
 from ppy.record.signatures import read_signatures, signatures_path, write_signatures
-from ppy.registry import load_plugins
 from ppy.run.collector import set_aside
 from ppy.run.program import Program
 from ppy.run.shadow import unless_shadowed
@@ -91,7 +89,7 @@ def _ended(
                     config.digest,
                     exported,
                     sources,
-                    written_by(),
+                    _written_by(),
                 )
         except OSError as error:
             log.warning(
@@ -180,10 +178,20 @@ def _export_live(recorder: Recorder, config: Config) -> list[Entry] | None:
     return entries
 
 
+def _written_by() -> dict[str, str]:
+    from ppy.build.pipeline import written_by
+
+    return written_by()
+
+
 def _exporter(config: Config) -> tuple[LiveExporter | None, Mapping[str, Any]]:
     """The installed plugin that stages ``jax.jit`` and can export live, with
-    its settings for this project."""
-    for found in load_plugins().by_name.values():
+    its settings for this project: only that plugin is loaded, at the end of
+    a run that has something to export."""
+    from ppy.registry import load_plugins
+
+    name = KNOWN_DECORATORS["jax.jit"][0]
+    for found in load_plugins([name]).by_name.values():
         plugin: Plugin = found
         if "jax.jit" not in plugin.decorators or not isinstance(plugin, LiveExporter):
             continue
