@@ -141,6 +141,8 @@ def test_the_step_made_in_main_is_exported_from_the_recorded_run_and_staged(
 
 
 def test_another_step_size_in_the_run_falls_back_naming_what_changed(tmp_path: Path) -> None:
+    """The optimizer made with another step size: each call takes jit's path,
+    and ``run.fallback`` names ``opt_update``, whose closure holds it."""
     root, cache = _recorded(tmp_path, OPTIMIZER)
     assert _ppy(root, cache, "build").returncode == 0
     compared = differential(root, "0.2", cache=cache, build=False)
