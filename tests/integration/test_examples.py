@@ -236,6 +236,8 @@ ELSEWHERE = {
         'a Python scalar)"',
     ): "tests/programs/test_scalars.py::"
     "test_a_weakly_typed_leaf_in_a_call_of_a_strongly_typed_example_takes_jits_path",
+    ("85_main_block", "run.fallback"): "tests/record/test_live.py::"
+    "test_another_step_size_in_the_run_falls_back_naming_what_changed",
 }
 
 

@@ -45,6 +45,9 @@ __all__ = [
     "ConfigError",
     "Entry",
     "FunctionInfo",
+    "LiveCall",
+    "LiveExporter",
+    "LiveRequest",
     "MeshSpec",
     "ModuleInfo",
     "Parameter",
@@ -65,8 +68,9 @@ __all__ = [
 #: and breaks no plugin written for an earlier one of the same major; a major
 #: version changes what a plugin is given or must do. A plugin sets
 #: ``contract`` to the version it was written for (a literal, not this name).
-#: 1.1 added ``StageRequest.progress``.
-CONTRACT: tuple[int, int] = (1, 1)
+#: 1.1 added ``StageRequest.progress``; 1.2 the optional ``LiveExporter``
+#: capability (``export_live``), which ``ppy record`` calls in the recorded process.
+CONTRACT: tuple[int, int] = (1, 2)
 
 #: Where each re-exported name lives; imported when the name is first used.
 _REEXPORTED: Mapping[str, str] = {
@@ -220,4 +224,61 @@ class Plugin(Protocol):
 
     def stage(self, request: StageRequest) -> Sequence[Entry | StageFailure]:
         """Stage every function in the request; one result per function."""
+        ...
+
+
+@dataclass(frozen=True)
+class LiveCall:
+    """The inputs of the calls of one abstract signature, as ``ppy record`` saw them.
+
+    ``tree`` is the tree structure of the traced parameters' values (a tuple
+    of them, in the signature's order), as the jit's own library flattens it
+    (for jax, a ``PyTreeDef``); core holds it without reading it. Each leaf
+    is ``("array", shape, dtype, weak)`` or ``("python", "int" | "float" |
+    "bool" | "complex")``.
+    """
+
+    traced: tuple[str, ...]
+    static: Mapping[str, Any]
+    tree: Any
+    leaves: tuple[tuple[Any, ...], ...]
+    #: How many calls had this signature.
+    count: int
+
+
+@dataclass(frozen=True)
+class LiveRequest:
+    """One jitted function to export in the process that recorded it (contract 1.2).
+
+    ``function`` is the live jitted callable the program made, with the
+    closure and globals it reads as they are at the end of the run; its
+    module is the program's own when ``program`` is set (it runs as
+    ``__main__``, and ``module`` is the name the build gives it).
+    """
+
+    root: Path
+    settings: Mapping[str, Any]
+    module: str
+    qualname: str
+    function: Any
+    #: Every parameter of the signature, in order: (name, kind), where kind
+    #: is ``positional`` or ``keyword_only``.
+    parameters: tuple[tuple[str, str], ...]
+    #: The calls seen, most called first.
+    calls: tuple[LiveCall, ...]
+    program: bool = True
+
+
+@runtime_checkable
+class LiveExporter(Protocol):
+    """An optional capability of a ``Plugin`` (contract 1.2): export a function
+    from the live process that recorded its calls, where the build could not
+    make it again from the source (it reads names made while the program
+    runs). ``ppy record`` calls it after the program's last line; it must
+    neither print nor raise for the user's code: a failure is a
+    ``StageFailure``. The entry's captures say what the trace read, so that
+    ``ppy run`` serves it only where all of it is the same."""
+
+    def export_live(self, request: LiveRequest) -> Entry | StageFailure:
+        """Export ``request.function`` at the signatures of ``request.calls``."""
         ...

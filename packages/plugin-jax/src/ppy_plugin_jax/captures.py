@@ -105,8 +105,11 @@ def _chains(code: types.CodeType) -> Iterator[tuple[str, ...]]:
 
 
 class _Scan:
-    def __init__(self, root: str, limit: int, flatten: Callable[[Any], Any]) -> None:
+    def __init__(
+        self, root: str, limit: int, flatten: Callable[[Any], Any], main: str | None
+    ) -> None:
         self.root = os.path.join(os.path.abspath(root), "")
+        self.main = main
         self.limit = limit
         self.flatten = flatten
         self.found: dict[tuple[str, ...], Captured] = {}
@@ -124,7 +127,7 @@ class _Scan:
         """Fingerprint one value; one that has none refuses the export, or,
         where a library holds it (``strict`` off: ``jax.config``), is not compared."""
         try:
-            digest = fingerprint(value, limit=self.limit, flatten=self.flatten)
+            digest = fingerprint(value, limit=self.limit, flatten=self.flatten, main=self.main)
         except Unreadable as error:
             if strict:
                 raise Refused(name, str(error)) from None
@@ -200,14 +203,20 @@ class _Scan:
 
 
 def captures(
-    fn: Any, *, root: str, limit: int, flatten: Callable[[Any], Any]
+    fn: Any,
+    *,
+    root: str,
+    limit: int,
+    flatten: Callable[[Any], Any],
+    main: str | None = None,
 ) -> tuple[Captured, ...]:
     """Every value ``fn``'s trace can read from globals, fingerprinted; ``Refused``
-    names the first that cannot be."""
+    names the first that cannot be. ``main``: the program's module name where
+    it runs as ``__main__`` (the recorded process), as the run fingerprints it."""
     function = traced_function(fn)
     if function is None:
         return ()
-    scan = _Scan(root, limit, flatten)
+    scan = _Scan(root, limit, flatten, main)
     scan.function(function, ())
     # A function made inside another reads that one's variables: each is
     # traced as a constant, so it is compared like a global. A library's

@@ -18,7 +18,14 @@ from ppy.kinds.jax_export import JaxExport
 from ppy.plugin import AXIS_TYPES, Check, MeshSpec, Plugin, Requirements, Setting, validate_table
 
 if TYPE_CHECKING:
-    from ppy.plugin import Entry, FunctionInfo, ModuleInfo, StageFailure, StageRequest
+    from ppy.plugin import (
+        Entry,
+        FunctionInfo,
+        LiveRequest,
+        ModuleInfo,
+        StageFailure,
+        StageRequest,
+    )
 
 __all__ = ["PLATFORMS", "SETTINGS", "JaxExportPlugin"]
 
@@ -126,7 +133,7 @@ class JaxExportPlugin:
     kind = JaxExport.KIND
     verb = "exported"
     #: The ``ppy.plugin.CONTRACT`` it was written for.
-    contract = (1, 1)
+    contract = (1, 2)
     decorators = frozenset({"jax.jit"})
     requirements = Requirements(
         build_execution=True,
@@ -185,6 +192,12 @@ class JaxExportPlugin:
         from ppy_plugin_jax.supervisor import export_in_worker
 
         return export_in_worker(request)
+
+    def export_live(self, request: LiveRequest) -> Entry | StageFailure:
+        """Export a function in the process that recorded it (``ppy_plugin_jax.live``)."""
+        from ppy_plugin_jax.live import export_live
+
+        return export_live(request)
 
 
 def _mesh(axes: Mapping[str, Any] | None, types: Any, path: str) -> MeshSpec | None:

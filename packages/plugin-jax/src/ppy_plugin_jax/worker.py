@@ -393,7 +393,7 @@ def _inputs(
     )
 
 
-def _captures(fn: Any, request: Mapping[str, Any]) -> tuple[Any, ...]:
+def _captures(fn: Any, request: Mapping[str, Any], main: str | None = None) -> tuple[Any, ...]:
     import jax
 
     from ppy_plugin_jax.captures import Refused, captures
@@ -404,6 +404,7 @@ def _captures(fn: Any, request: Mapping[str, Any]) -> tuple[Any, ...]:
             root=request["root"],
             limit=request["capture_limit"],
             flatten=jax.tree_util.tree_flatten,
+            main=main,
         )
     except Refused as refused:
         raise _Refusal(
@@ -418,7 +419,6 @@ def _export_variants(
 ) -> dict[str, Any]:
     import jax
     from jax._src import config as jax_config
-    from ppy.kinds.jax_export import JaxExport
     from ppy.kinds.trace_config import read as read_config
 
     if function.get("scope", "module") == "module":
@@ -455,7 +455,35 @@ def _export_variants(
             variants, note = _at_recorded_sizes(fn, module, function, request, statics, refusal)
             trail = [{"rule": refusal.rule, "detail": f"{refusal.reason}; exported {note} instead"}]
         traced_under = read_config(jax.config, jax_config.trace_context_names())
-    contract = JaxExport(
+    contract = _contract(inputs, params, variants, read, traced_under)
+    payload = contract.to_payload()
+    shown = [s["shown"] for s in inputs.specs]
+    return {
+        "ok": True,
+        "payload": {k: base64.b64encode(v).decode("ascii") for k, v in payload.items()},
+        "platforms": list(variants[0][1]),
+        # The inputs' dims as the source wrote them, where the export's differ
+        # (at recorded sizes, the export's first variant has the first sizes).
+        "shown": shown if note or shown != [s["dims"] for s in inputs.specs] else None,
+        "metadata": contract.to_metadata(),
+        "note": note,
+        "trail": trail,
+    }
+
+
+def _contract(
+    inputs: _Inputs,
+    params: Sequence[Mapping[str, Any]],
+    variants: Sequence[tuple[Any, tuple[str, ...]]],
+    read: tuple[Any, ...],
+    traced_under: Mapping[str, str],
+) -> Any:
+    """The ``JaxExport`` contract of these variants: what a build's worker and
+    a recorded process (``ppy_plugin_jax.live``) both write."""
+    import jax
+    from ppy.kinds.jax_export import JaxExport
+
+    return JaxExport(
         jax_version=jax.__version__,
         jaxlib_version=importlib.import_module("jaxlib").__version__,
         traced=tuple(inputs.names),
@@ -471,19 +499,6 @@ def _export_variants(
         if any(v.uses_shape_polymorphism for v, _ in variants)
         else (),
     )
-    payload = contract.to_payload()
-    shown = [s["shown"] for s in inputs.specs]
-    return {
-        "ok": True,
-        "payload": {k: base64.b64encode(v).decode("ascii") for k, v in payload.items()},
-        "platforms": list(variants[0][1]),
-        # The inputs' dims as the source wrote them, where the export's differ
-        # (at recorded sizes, the export's first variant has the first sizes).
-        "shown": shown if note or shown != [s["dims"] for s in inputs.specs] else None,
-        "metadata": contract.to_metadata(),
-        "note": note,
-        "trail": trail,
-    }
 
 
 def _forms(inputs: _Inputs, statics: Sequence[Mapping[str, Any]]) -> list[_Inputs]:

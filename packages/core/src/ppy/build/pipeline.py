@@ -40,10 +40,11 @@ from ppy.log import get_logger
 from ppy.plugin import KNOWN_DECORATORS, Plugin, StageFailure, StageRequest, StageTarget
 from ppy.progress import SILENT, Progress
 from ppy.record.apply import apply_recording, unknown_functions
+from ppy.record.exports import read_exports
 from ppy.record.signatures import recorded as read_recording
 from ppy.registry import Registry, by_decorator, load_plugins
 
-__all__ = ["BuildResult", "Project", "build_project", "load_project", "read_previous"]
+__all__ = ["BuildResult", "Project", "build_project", "load_project", "read_previous", "written_by"]
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,7 @@ def read_previous(config: Config) -> Artifact | None:
         return None
 
 
-def _written_by() -> dict[str, str]:
+def written_by() -> dict[str, str]:
     versions = {}
     for name, dist in (("ppy", "ppy-core"), ("jax", "jax"), ("jaxlib", "jaxlib")):
         try:
@@ -159,6 +160,9 @@ class _Ledger:
     #: Functions a plugin chose not to stage (``StageFailure.deliberate``):
     #: they stay, and are not failures of the build.
     declined: set[tuple[str, str]] = field(default_factory=set)
+    #: Functions the recorded process exported (``ppy.record.exports``): no
+    #: plugin stages them again.
+    live: set[tuple[str, str]] = field(default_factory=set)
 
     def settle(self, decision: Decision, entry: Entry | None = None) -> None:
         self.decisions[decision.module, decision.qualname] = decision
@@ -180,7 +184,10 @@ def _reuse(
         allowed = [
             d
             for d in project.decisions
-            if d.module == module.name and d.plugin == plugin.name and d.outcome is Outcome.ALLOWED
+            if d.module == module.name
+            and d.plugin == plugin.name
+            and d.outcome is Outcome.ALLOWED
+            and (d.module, d.qualname) not in ledger.live
         ]
         if not allowed:
             continue
@@ -356,6 +363,63 @@ def _settle(
             )
 
 
+def _recorded_exports(project: Project, ledger: _Ledger) -> None:
+    """Settle the functions the recorded process exported (``ppy.record.exports``)
+    with its entries, as they are: where they are fresh, the build's
+    configuration lets their plugin stage, and the function is still a candidate."""
+    config = project.config
+    log = get_logger()
+    found = read_exports(config.root, {m.name: m.sha256 for m in project.modules})
+    for name, reason in found.stale:
+        log.warning(
+            "build.live_export_ignored",
+            function=name,
+            reason=reason,
+            remedy="record again with `ppy record FILE`",
+        )
+    kinds = {p.kind: p for p in project.plugins.by_name.values()}
+    recorded = {(m.name, f.qualname): f.recorded for m in project.modules for f in m.functions}
+    for key, entry in sorted(found.entries.items()):
+        decision = ledger.decisions.get(key)
+        plugin = kinds.get(entry.kind)
+        why = None
+        if decision is None:
+            why = "the function is no longer a candidate of the build"
+        elif plugin is None:
+            why = f"no installed plugin writes {entry.kind!r} entries"
+        elif not _permitted(plugin, config, project.settings.get(plugin.name, {})):
+            permission = plugin.requirements.permission
+            why = (
+                "the configuration does not let the build stage it: "
+                f'[tool.ppy] build-execution = "allow" and [tool.ppy.plugins.{plugin.name}] '
+                f"{permission} = true are needed"
+            )
+        if why is not None:
+            log.warning(
+                "build.live_export_ignored",
+                function=f"{key[0]}.{key[1]}",
+                reason=why,
+                remedy="record again with `ppy record FILE`",
+            )
+            continue
+        assert decision is not None and plugin is not None
+        reason = f"{plugin.verb} for {', '.join(entry.platforms)} {entry.note or ''}".rstrip()
+        if recorded.get(key):
+            reason += f"; {recorded[key]}"
+        settled = replace(decision, plugin=plugin.name, kind=entry.kind).settle(
+            Outcome.STAGED, "staged", reason, signature=entry.signature
+        )
+        ledger.settle(settled, entry)
+        ledger.live.add(key)
+
+
+def _permitted(plugin: Plugin, config: Config, settings: Mapping[str, Any]) -> bool:
+    requirements = plugin.requirements
+    if requirements.build_execution and not config.build_execution:
+        return False
+    return requirements.permission is None or settings.get(requirements.permission) is True
+
+
 def build_project(
     project: Project, previous: Artifact | None, progress: Progress = SILENT
 ) -> BuildResult:
@@ -369,6 +433,7 @@ def build_project(
     """
     config = project.config
     ledger = _Ledger(decisions={(d.module, d.qualname): d for d in project.decisions})
+    _recorded_exports(project, ledger)
     staging = [
         (plugin, targets)
         for plugin in project.plugins.by_name.values()
@@ -394,7 +459,7 @@ def build_project(
     artifact = Artifact(
         project=config.project,
         config_digest=config.digest,
-        written_by=_written_by(),
+        written_by=written_by(),
         modules=tuple(
             ModuleRecord(
                 m.name, m.path, m.sha256, dict(sorted(ledger.keys.get(m.name, {}).items()))

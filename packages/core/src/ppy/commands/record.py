@@ -14,15 +14,19 @@ that recordings of two programs of one project that run at once both land.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from ppy.artifact.entry import Entry
 from ppy.artifact.lock import build_lock
-from ppy.config import config_of
+from ppy.config import Config, config_of
 from ppy.discovery.module import discover_module
 from ppy.errors import UsageError
 from ppy.layout import module_name
 from ppy.log import get_logger
+from ppy.plugin import CONTRACT, KNOWN_DECORATORS, LiveExporter, LiveRequest, Plugin
+from ppy.record.exports import write_exports
 from ppy.record.observe import Recorder, candidates
 from ppy.record.signatures import read_signatures, recorded, write_signatures
 from ppy.run.collector import set_aside
@@ -52,6 +56,7 @@ def record(program: str, argv: list[str], *, replace: bool) -> Program:
     ]
     main = module_name(config.root.resolve(), path.resolve()) or "__main__"
     recorder = Recorder(config.root, candidates(modules), main)
+    sources = {m.name: (m.path, m.sha256) for m in modules}
     unless_shadowed(program, argv)
     set_aside(config.root)
     return Program(
@@ -62,24 +67,43 @@ def record(program: str, argv: list[str], *, replace: bool) -> Program:
         root=config.root,
         binder=recorder,
         ended=functools.partial(
-            _ended, recorder, files.recording, earlier, config.artifact, replace=replace
+            _ended, recorder, config, files.recording, earlier, sources, replace=replace
         ),
     )
 
 
 def _ended(
     recorder: Recorder,
+    config: Config,
     recording: Recording,
     earlier: Signatures | None,
-    artifact: Path,
+    sources: Mapping[str, tuple[str, str]],
     *,
     replace: bool,
 ) -> None:
-    """Write what the run called, and say what was written and what was not."""
+    """Export what only this process can (``ppy.record.live``), write what
+    the run called and those exports, and say what was written and what was not."""
     target = recording.path
-    found = _write(recording, earlier, recorder.signatures(), artifact, replace=replace)
     log = get_logger()
+    exported = _export_live(recorder, config)
+    found = _write(recording, earlier, recorder.signatures(), config.artifact, replace=replace)
+    if exported is not None:
+        try:
+            with build_lock(config.artifact):
+                write_exports(
+                    config.root, config.project, config.digest, exported, sources, _written_by()
+                )
+        except OSError as error:
+            log.warning(
+                "record.export_failed",
+                function="*",
+                rule="write-failed",
+                reason=f"the exports could not be written: {error}",
+            )
+    done = {e.qualname for e in exported or ()}
     for (function, why), calls in sorted(recorder.skipped.items()):
+        if function in done:
+            continue  # exported from the live run: what the file cannot hold does not matter
         log.warning(
             "record.skipped",
             function=function,
@@ -118,3 +142,89 @@ def _write(
             found = current
         write_signatures(recording.path, found)
     return found
+
+
+def _export_live(recorder: Recorder, config: Config) -> list[Entry] | None:
+    """The entries the plugin for ``jax.jit`` exported from this process, for
+    the functions the build cannot make again; None where there are none to
+    export. A failure is an event, never the program's: its output and exit
+    status are already settled."""
+    live = [(m, q, w) for m, q, w in recorder.live.values() if w.counts and w.function is not None]
+    if not live:
+        return None
+    log = get_logger()
+    try:
+        exporter, settings = _exporter(config)
+    except Exception as error:  # a broken plugin or configuration: the recording still stands
+        log.warning("record.export_skipped", reason=f"{type(error).__name__}: {error}")
+        return None
+    if exporter is None:
+        log.warning(
+            "record.export_skipped",
+            reason="no installed plugin for jax.jit exports from the recorded run "
+            f"(plugin contract {CONTRACT[0]}.2); "
+            + ", ".join(f"{m}.{q}" for m, q, _ in live)
+            + " stay",
+        )
+        return None
+    entries: list[Entry] = []
+    for module, qualname, watch in live:
+        calls = watch.calls()
+        request = LiveRequest(
+            root=config.root,
+            settings=settings,
+            module=module,
+            qualname=qualname,
+            function=watch.function,
+            parameters=watch.parameters,
+            calls=calls,
+            program=module == recorder.main,
+        )
+        try:
+            result = exporter.export_live(request)
+        except Exception as error:  # a plugin bug: the function stays
+            log.warning(
+                "record.export_failed",
+                function=f"{module}.{qualname}",
+                rule="plugin-failed",
+                reason=f"{type(error).__name__}: {error}",
+            )
+            continue
+        if isinstance(result, Entry):
+            entries.append(result)
+            log.info(
+                "record.exported",
+                function=f"{module}.{qualname}",
+                signatures=len(calls),
+                reason=watch.why,
+            )
+        else:
+            log.warning(
+                "record.export_failed",
+                function=f"{module}.{qualname}",
+                rule=result.rule,
+                reason=result.reason,
+            )
+    return entries
+
+
+def _written_by() -> dict[str, str]:
+    from ppy.build.pipeline import written_by
+
+    return written_by()
+
+
+def _exporter(config: Config) -> tuple[LiveExporter | None, Mapping[str, Any]]:
+    """The installed plugin that stages ``jax.jit`` and can export live, with
+    its settings for this project: only that plugin is loaded, at the end of
+    a run that has something to export."""
+    from ppy.registry import load_plugins
+
+    name = KNOWN_DECORATORS["jax.jit"][0]
+    for found in load_plugins([name]).by_name.values():
+        plugin: Plugin = found
+        if "jax.jit" not in plugin.decorators or not isinstance(plugin, LiveExporter):
+            continue
+        table = config.plugins.get(plugin.name, {})
+        return plugin, plugin.validate_settings(table, str(config.config_path))
+    return None, {}

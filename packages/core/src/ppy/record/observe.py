@@ -21,13 +21,14 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from types import CodeType
+from types import CodeType, FunctionType
 from typing import Any
 
 from ppy.discovery.records import FunctionInfo, ModuleInfo
 from ppy.kinds.fingerprint import closure
 from ppy.kinds.pytrees import class_name, reference
 from ppy.record.format import CLOSURE, FunctionCalls, Signatures
+from ppy.record.live import LiveWatch, Traced, module_names, needs_live
 from ppy.run.binding import bind_source, want_made
 from ppy.run.made import MadeJits
 
@@ -70,6 +71,11 @@ class Recorder:
         self.seen: dict[str, Counter[str]] = {}
         #: Per function, the calls that could not be written down, by why.
         self.skipped: Counter[tuple[str, str]] = Counter()
+        #: Per function the build cannot make again (``ppy.record.live``): its
+        #: module, qualname, and the signatures of its calls as jit keys them.
+        self.live: dict[str, tuple[str, str, LiveWatch]] = {}
+        #: Per module, the names its top level binds where the build imports it.
+        self.names: dict[str, frozenset[str]] = {}
         self.jits = MadeJits()
 
     def modules(self) -> set[str]:
@@ -79,10 +85,12 @@ class Recorder:
         self, path: str, module: str | None
     ) -> tuple[CodeType, Callable[[str, Any], Any] | None]:
         functions = self.functions.get(module or "", {})
-        bound = bind_source(Path(path).read_bytes(), path, frozenset(functions))
+        source = Path(path).read_bytes()
+        bound = bind_source(source, path, frozenset(functions))
         if not functions:
             return bound.code, None
         assert module is not None
+        self.names[module] = module_names(source)
 
         def bind(qualname: str, original: Any) -> Any:
             return self._wrap(f"{module}.{qualname}", functions[qualname], original)
@@ -107,7 +115,30 @@ class Recorder:
         notes = _Notes(
             _name(original), positional, function.static, self.main, counter, self.skipped, made
         )
+        notes.live = self._live(name, function, python)
+        if notes.live is not None:
+            notes.live.function = original
         return _recorded(original, notes)
+
+    def _live(self, name: str, function: FunctionInfo, python: Any) -> LiveWatch | None:
+        """The watch of a function the build cannot make again, or None."""
+        qualname = function.qualname
+        module = name[: -len(qualname) - 1]
+        if not isinstance(python, FunctionType):
+            return None
+        why = needs_live(python, self.names.get(module, frozenset()), self.main)
+        if why is None:
+            return None
+        kinds = [p.kind for p in function.parameters]
+        if any(k not in ("positional", "keyword_only") for k in kinds):
+            return None  # *args, **kwargs: no signature to export by
+        known = self.live.get(name)
+        if known is not None:  # made again (each call of main(), a loop): one watch
+            return known[2]
+        parameters = tuple((p.name, p.kind) for p in function.parameters)
+        watch = LiveWatch(parameters, function.static, why)
+        self.live[name] = (module, qualname, watch)
+        return watch
 
     def signatures(self) -> Signatures:
         """This run's calls as a file's content (one run)."""
@@ -157,7 +188,16 @@ def _recorded(original: Any, notes: _Notes) -> Any:
 class _Notes:
     """Notes the abstract signature of each call of one jitted function."""
 
-    __slots__ = ("_counter", "_made", "_main", "_skipped", "name", "positional", "static")
+    __slots__ = (
+        "_counter",
+        "_made",
+        "_main",
+        "_skipped",
+        "live",
+        "name",
+        "positional",
+        "static",
+    )
 
     def __init__(
         self,
@@ -177,8 +217,15 @@ class _Notes:
         self._main = main
         self._counter = counter
         self._skipped = skipped
+        #: Where a function the build cannot make again counts its signatures.
+        self.live: LiveWatch | None = None
 
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if self.live is not None:
+            try:
+                self.live.note(self.positional, args, kwargs)
+            except Traced:
+                return
         try:
             inputs = _inputs(self.positional, self.static, self._main, args, kwargs)
             if self._made is not None:

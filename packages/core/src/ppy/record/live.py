@@ -1,0 +1,177 @@
+"""The calls of jitted functions that only the recorded process can export.
+
+A jitted function that reads names made while the program runs (the
+closure of ``main()``, globals set under ``if __name__ == "__main__":``)
+cannot be made again by the build, which imports the module and has none of
+them (``needs_live``). For such a function ``ppy record`` keeps, besides
+the file's signatures, each abstract signature its calls had, as jit keys
+them (``LiveWatch``): the tree structure of its traced inputs, each leaf's
+shape, dtype and weak type, its static values. After the program's last
+line the plugin exports it from the live function at those signatures
+(``ppy.record.exports``).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import dis
+import types
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from ppy.kinds.fingerprint import closure
+from ppy.kinds.pytrees import reference
+from ppy.plugin import LiveCall
+
+__all__ = ["LiveWatch", "Traced", "module_names", "needs_live"]
+
+_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
+_SCALARS = frozenset({bool, int, float, complex})
+
+
+class Traced(Exception):
+    """A call inside another function's trace: not a call of its own."""
+
+
+def module_names(source: bytes) -> frozenset[str]:
+    """The names a module binds at its top level where the build's import runs
+    it: everything but the body of ``if __name__ == "__main__":``."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return frozenset()
+    return frozenset(_bound(tree.body))
+
+
+def _main_guard(statement: ast.stmt) -> bool:
+    test = statement.test if isinstance(statement, ast.If) else None
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)
+    )
+
+
+def _bound(body: list[ast.stmt]) -> Iterator[str]:
+    for statement in body:
+        if _main_guard(statement):
+            assert isinstance(statement, ast.If)
+            yield from _bound(statement.orelse)
+            continue
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            yield statement.name
+        elif isinstance(statement, ast.Import | ast.ImportFrom):
+            for alias in statement.names:
+                yield (alias.asname or alias.name).partition(".")[0]
+        else:
+            for node in ast.walk(statement):
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                    yield node.id
+                elif isinstance(node, ast.Global):
+                    yield from node.names
+            for field in ("body", "orelse", "finalbody"):
+                inner = getattr(statement, field, None)
+                if isinstance(inner, list):
+                    yield from _bound(inner)
+
+
+def _globals_read(code: types.CodeType) -> Iterator[str]:
+    for instruction in dis.get_instructions(code):
+        if instruction.opname in _LOADS:
+            yield str(instruction.argval)
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            yield from _globals_read(constant)
+
+
+def needs_live(fn: types.FunctionType, names: frozenset[str], main: str) -> str | None:
+    """Why the build cannot make ``fn`` again from its module (what it reads
+    that only the running program has), or None where it can."""
+    cells = closure(fn)
+    for name in fn.__code__.co_freevars:
+        if name not in cells:
+            return f"it reads {name} of the function around it"
+        value = cells[name]
+        literal = value is None or type(value) in (bool, int, str) or type(value) is float
+        if not literal and reference(value, main) is None:
+            return f"it reads {name} of the function around it"
+    for name in sorted(set(_globals_read(fn.__code__))):
+        # Not yet set where the function is made: the main guard sets it later.
+        if name not in names and not hasattr(builtins, name):
+            return f"it reads {name}, which the program sets as it runs"
+    return None
+
+
+class LiveWatch:
+    """Each abstract signature one function was called with, and how often."""
+
+    __slots__ = ("counts", "function", "parameters", "static", "why")
+
+    def __init__(
+        self, parameters: tuple[tuple[str, str], ...], static: frozenset[str], why: str
+    ) -> None:
+        self.parameters = parameters
+        self.static = tuple(name for name, _ in parameters if name in static)
+        #: Why the build cannot make it (``needs_live``).
+        self.why = why
+        #: The jitted function the program made last.
+        self.function: Any = None
+        self.counts: dict[Any, int] = {}
+
+    def note(
+        self, positional: tuple[str, ...], args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> None:
+        """Count this call's signature; a call that leaves a parameter to its
+        default, or passes a leaf jit cannot take, is left to the file alone."""
+        values = dict(zip(positional, args, strict=False))
+        values.update(kwargs)
+        if len(values) != len(self.parameters) or any(n not in values for n, _ in self.parameters):
+            return
+        import jax
+
+        static = tuple((name, values[name]) for name in self.static)
+        traced = tuple(values[n] for n, _ in self.parameters if n not in self.static)
+        leaves, tree = jax.tree_util.tree_flatten(traced)
+        described = tuple(_leaf(leaf) for leaf in leaves)
+        if any(d is None for d in described):
+            return
+        key = (static, tree, described)
+        try:
+            self.counts[key] = self.counts.get(key, 0) + 1
+        except TypeError:  # a static value that does not hash: jit refuses it too
+            return
+
+    def calls(self) -> tuple[LiveCall, ...]:
+        """The signatures seen, most called first."""
+        traced = tuple(n for n, _ in self.parameters if n not in self.static)
+        ordered = sorted(self.counts.items(), key=lambda item: -item[1])
+        return tuple(
+            LiveCall(traced, dict(static), tree, leaves, count)
+            for (static, tree, leaves), count in ordered
+        )
+
+
+_TRACER: list[type] = []
+
+
+def _leaf(value: Any) -> tuple[Any, ...] | None:
+    if type(value) in _SCALARS:
+        return ("python", type(value).__name__)
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if not (isinstance(shape, tuple) and dtype is not None):
+        return None
+    if not _TRACER:
+        try:
+            from jax.core import Tracer
+        except ImportError:  # where jax.core no longer exports it
+            from jax._src.core import Tracer
+        _TRACER.append(Tracer)
+    if isinstance(value, _TRACER[0]):
+        raise Traced
+    sharding = getattr(value, "sharding", None)
+    if sharding is not None and len(getattr(sharding, "device_set", ())) > 1:
+        return None
+    weak = bool(getattr(value, "weak_type", False))
+    return ("array", tuple(int(d) for d in shape), str(dtype), weak)

@@ -1,0 +1,209 @@
+"""Jitted functions that read names made while the program runs are exported
+by the recorded process itself (``ppy.record.live``), put into the artifact
+by ``ppy build`` as they are, and served by ``ppy run`` only where every
+value their trace read is the same."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tests.conftest import PERMISSIONS
+from tests.support.differential import differential
+from tests.support.events import json_events
+
+#: Written as jax's own examples are: everything in main(), the optimizer's
+#: functions read by the jitted step from main()'s closure.
+OPTIMIZER = """
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+from jax import grad, jit
+from jax.example_libraries import optimizers
+
+
+def loss(params, batch):
+    x, y = batch
+    return jnp.mean((x @ params["w"] + params["b"] - y) ** 2)
+
+
+def main():
+    step_size = float(sys.argv[1]) if len(sys.argv) > 1 else 0.05
+    opt_init, opt_update, get_params = optimizers.momentum(step_size, mass=0.9)
+
+    @jit
+    def update(i, opt_state, batch):
+        params = get_params(opt_state)
+        return opt_update(i, grad(loss)(params, batch), opt_state)
+
+    rng = np.random.RandomState(0)
+    x = rng.normal(size=(32, 3)).astype(np.float32)
+    y = x @ np.array([[1.0], [-2.0], [0.5]], np.float32)
+    opt_state = opt_init({"w": jnp.zeros((3, 1)), "b": jnp.zeros((1,))})
+    for i in range(20):
+        opt_state = update(i, opt_state, (x, y))
+    print(f"loss {float(loss(get_params(opt_state), (x, y))):.6f}")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+#: A module-level jit that reads globals the main guard sets.
+MAIN_GUARD = """
+import os
+
+import jax
+import jax.numpy as jnp
+
+
+@jax.jit
+def scaled(x):
+    return jnp.tanh(x * scale) + offset
+
+
+if __name__ == "__main__":
+    scale = float(os.environ.get("SCALE", "2.0"))
+    offset = 1
+    for n in (4, 4, 4):
+        print(scaled(jnp.arange(n, dtype=jnp.float32)))
+"""
+
+#: A local of main() that is an array, read by the jitted function.
+LOCAL_ARRAY = """
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def main():
+    weights = np.linspace(0.0, 1.0, 8, dtype=np.float32).reshape(2, 4)
+    if len(sys.argv) > 1:
+        weights[0, 0] = float(sys.argv[1])
+
+    @jax.jit
+    def project(x):
+        return x @ weights
+
+    for _ in range(3):
+        print(project(jnp.ones((3, 2), jnp.float32)))
+
+
+main()
+"""
+
+
+def _recorded(tmp_path: Path, source: str, **env: str) -> tuple[Path, Path]:
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "model.ppy").write_text(textwrap.dedent(source).lstrip())
+    (root / "pyproject.toml").write_text(PERMISSIONS)
+    cache = tmp_path / "cache"
+    recorded = _ppy(root, cache, "--log-format", "json", "-v", "record", "model.ppy", **env)
+    assert recorded.returncode == 0, recorded.stderr
+    exported = json_events(recorded.stderr, "record.exported")
+    assert exported, recorded.stderr
+    return root, cache
+
+
+def _ppy(root: Path, cache: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "ppy", *args],
+        cwd=root,
+        env={**os.environ, "PPY_CACHE_DIR": str(cache), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_the_step_made_in_main_is_exported_from_the_recorded_run_and_staged(
+    tmp_path: Path,
+) -> None:
+    root, cache = _recorded(tmp_path, OPTIMIZER)
+    built = _ppy(root, cache, "build")
+    assert built.returncode == 0, built.stdout + built.stderr
+    (line,) = [line for line in built.stdout.splitlines() if "main.<locals>.update" in line]
+    assert " exported " in line and "in the recorded run, at 1 signature (20 calls)" in line
+    compared = differential(root, cache=cache, build=False)
+    assert compared.bound() == {"main.<locals>.update"}
+    assert compared.staged_calls("main.<locals>.update") == 20
+    assert not compared.fallbacks()
+
+
+def test_another_step_size_in_the_run_falls_back_naming_what_changed(tmp_path: Path) -> None:
+    """The optimizer made with another step size: each call takes jit's path,
+    and ``run.fallback`` names ``opt_update``, whose closure holds it."""
+    root, cache = _recorded(tmp_path, OPTIMIZER)
+    assert _ppy(root, cache, "build").returncode == 0
+    compared = differential(root, "0.2", cache=cache, build=False)
+    assert compared.staged_calls("main.<locals>.update") == 0
+    (fallback,) = {str(e["reason"]) for e in compared.fallbacks()}
+    assert "opt_update of the function around update" in fallback, fallback
+    assert "not the value the build traced with" in fallback
+
+
+def test_globals_set_under_the_main_guard_are_compared_at_the_first_call(tmp_path: Path) -> None:
+    root, cache = _recorded(tmp_path, MAIN_GUARD)
+    built = _ppy(root, cache, "build")
+    assert built.returncode == 0, built.stdout + built.stderr
+    same = differential(root, cache=cache, build=False)
+    assert same.staged_calls("scaled") == 3
+    other = differential(root, cache=cache, build=False, env={"SCALE": "3.0"})
+    assert other.staged_calls("scaled") == 0
+    reasons = {str(e["reason"]) for e in other.fallbacks()}
+    assert any("scale" in r and "not the value the build traced with" in r for r in reasons)
+
+
+def test_an_array_local_to_main_is_compared_by_its_content(tmp_path: Path) -> None:
+    root, cache = _recorded(tmp_path, LOCAL_ARRAY)
+    assert _ppy(root, cache, "build").returncode == 0
+    same = differential(root, cache=cache, build=False)
+    assert same.staged_calls("main.<locals>.project") == 3
+    other = differential(root, "5.0", cache=cache, build=False)
+    assert other.staged_calls("main.<locals>.project") == 0
+    reasons = {str(e["reason"]) for e in other.fallbacks()}
+    assert any("weights of the function around project" in r for r in reasons), reasons
+
+
+def test_a_trace_that_prints_is_not_exported_and_the_recording_prints_what_python_prints(
+    tmp_path: Path,
+) -> None:
+    source = MAIN_GUARD.replace("    return jnp.tanh", "    print('tracing')\n    return jnp.tanh")
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "model.ppy").write_text(textwrap.dedent(source).lstrip())
+    (root / "pyproject.toml").write_text(PERMISSIONS)
+    cache = tmp_path / "cache"
+    plain = subprocess.run(
+        [sys.executable, "model.ppy"], cwd=root, capture_output=True, text=True, check=False
+    )
+    quiet = _ppy(root, cache, "record", "--replace", "model.ppy")
+    assert (quiet.stdout, quiet.returncode) == (plain.stdout, plain.returncode)
+    logged = _ppy(root, cache, "--log-format", "json", "record", "--replace", "model.ppy")
+    (failed,) = json_events(logged.stderr, "record.export_failed")
+    assert failed["rule"] == "trace-side-effect", failed
+    assert "Traceback" not in logged.stderr
+
+
+def test_a_stale_export_is_ignored_with_its_reason(tmp_path: Path) -> None:
+    root, cache = _recorded(tmp_path, OPTIMIZER)
+    program = root / "model.ppy"
+    program.write_text(program.read_text() + "# edited after the recording\n")
+    built = _ppy(root, cache, "--log-format", "json", "build")
+    (ignored,) = json_events(built.stderr, "build.live_export_ignored")
+    assert ignored["function"] == "model.main.<locals>.update"
+    assert "source changed since the recording" in str(ignored["reason"])
+    (line,) = [line for line in built.stdout.splitlines() if "main.<locals>.update" in line]
+    assert " stays " in line, line
+    index = json.loads((root / ".ppy" / "exports" / "live.json").read_text())
+    assert index["format"] == "ppy-live-exports"
