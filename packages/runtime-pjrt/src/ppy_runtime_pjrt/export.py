@@ -482,10 +482,22 @@ def _shape_of(leaf: Any, *, mesh: Any = None) -> Any:
         if not isinstance(sharding, NamedSharding) and mesh is not None:
             sharding = NamedSharding(mesh, PartitionSpec())  # type: ignore[no-untyped-call]
         weak = bool(getattr(leaf, "weak_type", False))  # as jit types it
+        # Host data as jit converts it: float64 is float32 where x64 is off.
+        dtype = jax.dtypes.canonicalize_dtype(leaf.dtype)
         if isinstance(sharding, NamedSharding):
-            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding, weak_type=weak)  # type: ignore[no-untyped-call]
-        return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, weak_type=weak)  # type: ignore[no-untyped-call]
+            return jax.ShapeDtypeStruct(leaf.shape, dtype, sharding=sharding, weak_type=weak)  # type: ignore[no-untyped-call]
+        return jax.ShapeDtypeStruct(leaf.shape, dtype, weak_type=weak)  # type: ignore[no-untyped-call]
     return leaf
+
+
+@functools.cache
+def _numpy_scalars() -> tuple[type, ...]:
+    """NumPy's scalar types of numbers and bools (``numpy.float64(1.0)``),
+    which jit takes as strongly typed arrays of shape ()."""
+    import numpy
+
+    kinds = {t for t in numpy.sctypeDict.values() if issubclass(t, numpy.number | numpy.bool_)}
+    return tuple(sorted(kinds, key=lambda t: t.__name__))
 
 
 def _jaxlib_version() -> str:
@@ -680,14 +692,17 @@ class ExportRuntime:
                 raise NotBound(reason)
         _check_description(variant, exported)
         mesh = contract.mesh
+        host = (numpy.ndarray, *_numpy_scalars())
         try:
             guard = Guard(
                 variant.inputs,
                 [jax.numpy.dtype(spec.dtype) for spec in variant.inputs],
-                array_types=(ArrayImpl, numpy.ndarray),
+                array_types=(ArrayImpl, *host),
                 tracer_type=jax.core.Tracer,
                 sharded=mesh is not None,
                 constraints=contract.constraints,
+                host_types=host,
+                canonical=jax.dtypes.canonicalize_dtype,
             )
         except ValueError as error:
             raise NotBound(f"the input description does not read: {error}; rebuild") from error

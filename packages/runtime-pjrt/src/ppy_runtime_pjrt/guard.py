@@ -74,6 +74,8 @@ class Guard:
         tracer_type: type,
         sharded: bool = False,
         constraints: Sequence[str] = (),
+        host_types: tuple[type, ...] = (),
+        canonical: Callable[[Any], Any] | None = None,
     ) -> None:
         self.specs = tuple(specs)
         #: What the export assumes of its symbols: ``(text, left, comparison, right)``.
@@ -83,6 +85,11 @@ class Guard:
         self.sharded = sharded
         self.dtypes = tuple(dtypes)
         self.array_types = array_types
+        #: Host data (NumPy arrays and scalars) among ``array_types``: jit
+        #: converts it to the dtype ``canonical`` gives (``float64`` to
+        #: ``float32`` where x64 is off), and so does the executable.
+        self.host_types = host_types
+        self.canonical = canonical
         self.tracer_type = tracer_type
         self.dims: tuple[tuple[int | DimExpr, ...], ...] = tuple(
             tuple(d if isinstance(d, int) else parse_dim(d) for d in spec.dims)
@@ -118,7 +125,7 @@ class Guard:
                 return Fallback(
                     "rank", f"{name} has rank {len(shape)}, staged for {len(spec.dims)} ({spec})"
                 )
-            if arg.dtype != dtype:
+            if arg.dtype != dtype and not self._converted(arg, dtype):
                 return Fallback("dtype", f"{name} is {arg.dtype}, staged for {spec.dtype}")
             if not self.sharded and getattr(arg, "_committed", False):
                 # jit runs where a committed input lives and commits its
@@ -144,8 +151,9 @@ class Guard:
                 else:
                     uses.append(Use(dim, size, name, axis))
             # A weakly typed leaf is its own signature, as jit keys it: another
-            # variant's executable (``export._weakly``).
-            signature.append((shape, ("weak", arg.dtype) if spec.weak else arg.dtype))
+            # variant's executable (``export._weakly``). Host data is keyed by
+            # the dtype jit converts it to: the executable is the same.
+            signature.append((shape, ("weak", dtype) if spec.weak else dtype))
         if uses:
             solved = solve(uses)
             if isinstance(solved, Unfit):
@@ -156,6 +164,15 @@ class Guard:
                     values = ", ".join(f"{symbol}={solved[symbol]}" for symbol in named)
                     return Fallback("constraint", f"{text} does not hold for {values}")
         return tuple(signature)
+
+    def _converted(self, arg: Any, dtype: Any) -> bool:
+        """Whether jit gives host data ``arg`` the staged ``dtype`` (a NumPy
+        ``float64`` array is ``float32`` to jit where x64 is off)."""
+        return (
+            self.canonical is not None
+            and type(arg) in self.host_types
+            and self.canonical(arg.dtype) == dtype
+        )
 
 
 _COMPARISONS: dict[str, Callable[[int, int], bool]] = {
@@ -174,9 +191,13 @@ def _constraint(text: str) -> tuple[str, DimExpr, Callable[[int, int], bool], Di
     raise ValueError(f"constraint {text!r} is not e1 >= e2, e1 <= e2 or e1 == e2")
 
 
-#: The Python scalars a weakly typed input takes (``WEAK_SCALARS``).
+#: The Python scalars a weakly typed input takes (``WEAK_SCALARS``), and the
+#: dtype jit gives each where x64 is on.
 _WEAK = (int, float)
-_INT32 = (-(2**31), 2**31 - 1)
+_WIDE = {"int": "int64", "float": "float64"}
+#: The Python ints each weakly typed int dtype holds; jit raises
+#: OverflowError for any other.
+_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 
 
 def _weak(arg: Any, spec: TensorSpec, name: str, array_types: tuple[type, ...]) -> Fallback | None:
@@ -184,11 +205,14 @@ def _weak(arg: Any, spec: TensorSpec, name: str, array_types: tuple[type, ...]) 
     Python scalar of its kind, or a weakly typed array of its dtype, shape ()."""
     kind = type(arg)
     if kind in _WEAK:
-        if WEAK_SCALARS[kind.__name__] != spec.dtype:
+        # A 64-bit one was traced with x64 on, and the configuration, checked
+        # before the guard, says it still is: jit traces the scalar so too.
+        if spec.dtype not in (WEAK_SCALARS[kind.__name__], _WIDE[kind.__name__]):
             return Fallback("dtype", f"{name} is a Python {kind.__name__}, staged for {spec}")
-        if kind is int and not _INT32[0] <= arg <= _INT32[1]:
+        low, high = _RANGES.get(spec.dtype, (arg, arg))
+        if kind is int and not low <= arg <= high:
             # jit refuses it too, with jax's own OverflowError
-            return Fallback("scalar", f"{name} is an int outside int32")
+            return Fallback("scalar", f"{name} is an int outside {spec.dtype}")
         return None
     weak = getattr(arg, "weak_type", False)
     if kind in array_types and weak and tuple(arg.shape) == () and str(arg.dtype) == spec.dtype:
