@@ -41,8 +41,8 @@ class Fallback:
     #: static (a static value that was not staged), tree (another pytree
     #: structure), tracer, scalar, list, type, count, rank, dim, dtype, symbolic
     #: (no one value of a symbol fits), size (a symbolic dim below 1, or a size
-    #: its expression cannot have, as 5 for ``2*B``), device (committed to a
-    #: device, or sharded, for an export on one device), sharding (not laid
+    #: its expression cannot have, as 5 for ``2*B``), device (sharded, or
+    #: committed to different devices, for an export on one device), sharding (not laid
     #: out over a mesh as a sharded export's inputs are), compile (the export
     #: refused the shape), config (another jax configuration), captured (a
     #: global the trace read changed) or platform (the export is for another
@@ -127,12 +127,6 @@ class Guard:
                 )
             if arg.dtype != dtype and not self._converted(arg, dtype):
                 return Fallback("dtype", f"{name} is {arg.dtype}, staged for {spec.dtype}")
-            if not self.sharded and getattr(arg, "_committed", False):
-                # jit runs where a committed input lives and commits its
-                # output there; the staged executable is for one device.
-                return Fallback(
-                    "device", f"{name} is committed to {_placed(arg)}, not left to jax to place"
-                )
             if bool(getattr(arg, "weak_type", False)) != spec.weak:
                 # jit traces a weakly typed leaf apart: what it returns is
                 # weakly typed too, and promotes otherwise later.
@@ -224,13 +218,6 @@ def _weak(arg: Any, spec: TensorSpec, name: str, array_types: tuple[type, ...]) 
             f"{arg.dtype}{list(arg.shape)}, staged for {spec} (a Python scalar)",
         )
     return _not_an_array(arg, name)
-
-
-def _placed(arg: Any) -> str:
-    try:
-        return ", ".join(sorted(str(d) for d in arg.devices()))
-    except Exception:  # only for the message
-        return "a device"
 
 
 def _not_an_array(arg: Any, name: str) -> Fallback:
