@@ -57,8 +57,13 @@ def test_placement_and_commitment_are_as_jits(tmp_path: Path) -> None:
     env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     compared = differential(root, cache=tmp_path / "c", env=env)
     assert "refused:" in compared.python.stdout
-    assert compared.bound() == {"score"} and compared.staged_calls("score") == 2
+    # Uncommitted twice, then committed to the first device and to the
+    # second: served there, as jit runs them. The array sharded over both
+    # devices goes to jit.
+    assert compared.bound() == {"score"} and compared.staged_calls("score") == 4
     assert {f["category"] for f in compared.fallbacks()} == {"device"}
+    (reason,) = [str(f["reason"]) for f in compared.fallbacks()]
+    assert "laid out over 2 devices" in reason
 
 
 def test_an_export_for_another_platform_takes_the_original_path(tmp_path: Path) -> None:

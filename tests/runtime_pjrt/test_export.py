@@ -108,7 +108,7 @@ F32 = jnp.ones((3, 4), jnp.float32)
         ((jnp.ones((2, 3, 4), jnp.float32),), {}, "rank"),
         ((jnp.ones((0, 4), jnp.float32),), {}, "size"),
         ((2.0,), {}, "scalar"),
-        ((np.float32(2.0),), {}, "scalar"),
+        ((np.float32(2.0),), {}, "rank"),  # to jit, an array of shape ()
         (([[1.0, 2.0, 3.0, 4.0]],), {}, "tree"),
         ((object(),), {}, "type"),
         ((jnp.full((3, 4), 2.0),), {}, "dtype"),

@@ -143,12 +143,12 @@ class Executables:
         """(the call, where it came from: "cache" or "compiled"); ``compiled``,
         where given, is ``compile(shaped)`` made already.
 
-        On one device its outputs are left uncommitted: compiled from
-        ``exported.call``, whose shardings are explicit, it would commit them
-        to the device, where jit commits an output only when an input was
-        (and the guard sends committed inputs to the original). Over a mesh
-        the inputs are committed, as sharded arrays are, and so are the
-        outputs, as jit's are.
+        On the default device its outputs are left uncommitted: compiled
+        from ``exported.call``, whose shardings are explicit, it would commit
+        them to the device, where jit commits an output only when an input
+        was. Where an input is committed to a device (``placed`` of one
+        device), or laid out over a mesh, the outputs are committed, as
+        jit's are.
         """
         key = self.key(shaped)
         if self.cache is not None and compiled is None:

@@ -35,7 +35,7 @@ from ppy_runtime_pjrt import unstaged
 from ppy_runtime_pjrt.calls import Bound, Calls
 from ppy_runtime_pjrt.conditions import Conditions
 from ppy_runtime_pjrt.guard import Fallback, Guard, Signature, type_name
-from ppy_runtime_pjrt.placement import Placed, Placement
+from ppy_runtime_pjrt.placement import Placed, Placement, committed
 
 if TYPE_CHECKING:
     from ppy_runtime_pjrt.compile import Executables, Shaped
@@ -285,12 +285,14 @@ class StagedFunction:
         checked = staged.guard.check(leaves)
         if isinstance(checked, Fallback):
             return checked
-        placed: Placed | None = None
-        if staged.placement is not None:
-            checked_placement = staged.placement.check(leaves)
-            if isinstance(checked_placement, Fallback):
-                return checked_placement
-            placed = checked_placement
+        checked_placement = (
+            staged.placement.check(leaves)
+            if staged.placement is not None
+            else committed(leaves, staged.variant.inputs)
+        )
+        if isinstance(checked_placement, Fallback):
+            return checked_placement
+        placed: Placed | None = checked_placement
         # Where jit would trace (a new abstract signature or configuration),
         # and read the globals again: a key as fine as jit's trace cache's,
         # which keeps keyword names in the order given.
@@ -510,7 +512,8 @@ def _shown(value: Any) -> str:
 
 def _shape_of(leaf: Any, *, mesh: Any = None) -> Any:
     """An array leaf as jit lowers it: its shape and dtype, and its sharding
-    where it is laid out over a mesh; anything else as it is. On a ``mesh``,
+    where it is laid out over a mesh or committed to a device; anything else
+    as it is. On a ``mesh``,
     an array that is not laid out over it is replicated over it, as jit
     lays out an uncommitted input (``Placement.check`` lets no other through)."""
     import jax
@@ -521,11 +524,32 @@ def _shape_of(leaf: Any, *, mesh: Any = None) -> Any:
         # jax leaves the constructors of PartitionSpec and ShapeDtypeStruct unannotated.
         if not isinstance(sharding, NamedSharding) and mesh is not None:
             sharding = NamedSharding(mesh, PartitionSpec())  # type: ignore[no-untyped-call]
+        elif getattr(leaf, "_committed", False):
+            # Committed to one device (``placement.committed``): jit lowers for
+            # that device, and places the uncommitted inputs there too.
+            return jax.ShapeDtypeStruct(  # type: ignore[no-untyped-call]
+                leaf.shape,
+                leaf.dtype,
+                sharding=sharding,
+                weak_type=bool(getattr(leaf, "weak_type", False)),
+            )
         weak = bool(getattr(leaf, "weak_type", False))  # as jit types it
+        # Host data as jit converts it: float64 is float32 where x64 is off.
+        dtype = jax.dtypes.canonicalize_dtype(leaf.dtype)
         if isinstance(sharding, NamedSharding):
-            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding, weak_type=weak)  # type: ignore[no-untyped-call]
-        return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, weak_type=weak)  # type: ignore[no-untyped-call]
+            return jax.ShapeDtypeStruct(leaf.shape, dtype, sharding=sharding, weak_type=weak)  # type: ignore[no-untyped-call]
+        return jax.ShapeDtypeStruct(leaf.shape, dtype, weak_type=weak)  # type: ignore[no-untyped-call]
     return leaf
+
+
+@functools.cache
+def _numpy_scalars() -> tuple[type, ...]:
+    """NumPy's scalar types of numbers and bools (``numpy.float64(1.0)``),
+    which jit takes as strongly typed arrays of shape ()."""
+    import numpy
+
+    kinds = {t for t in numpy.sctypeDict.values() if issubclass(t, numpy.number | numpy.bool_)}
+    return tuple(sorted(kinds, key=lambda t: t.__name__))
 
 
 def _jaxlib_version() -> str:
@@ -715,14 +739,17 @@ class ExportRuntime:
                 raise NotBound(reason)
         _check_description(variant, exported)
         mesh = contract.mesh
+        host = (numpy.ndarray, *_numpy_scalars())
         try:
             guard = Guard(
                 variant.inputs,
                 [jax.numpy.dtype(spec.dtype) for spec in variant.inputs],
-                array_types=(ArrayImpl, numpy.ndarray),
+                array_types=(ArrayImpl, *host),
                 tracer_type=jax.core.Tracer,
                 sharded=mesh is not None,
                 constraints=contract.constraints,
+                host_types=host,
+                canonical=jax.dtypes.canonicalize_dtype,
             )
         except ValueError as error:
             raise NotBound(f"the input description does not read: {error}; rebuild") from error

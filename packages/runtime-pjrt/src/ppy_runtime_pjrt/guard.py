@@ -41,8 +41,8 @@ class Fallback:
     #: static (a static value that was not staged), tree (another pytree
     #: structure), tracer, scalar, list, type, count, rank, dim, dtype, symbolic
     #: (no one value of a symbol fits), size (a symbolic dim below 1, or a size
-    #: its expression cannot have, as 5 for ``2*B``), device (committed to a
-    #: device, or sharded, for an export on one device), sharding (not laid
+    #: its expression cannot have, as 5 for ``2*B``), device (sharded, or
+    #: committed to different devices, for an export on one device), sharding (not laid
     #: out over a mesh as a sharded export's inputs are), compile (the export
     #: refused the shape), config (another jax configuration), captured (a
     #: global the trace read changed) or platform (the export is for another
@@ -74,6 +74,8 @@ class Guard:
         tracer_type: type,
         sharded: bool = False,
         constraints: Sequence[str] = (),
+        host_types: tuple[type, ...] = (),
+        canonical: Callable[[Any], Any] | None = None,
     ) -> None:
         self.specs = tuple(specs)
         #: What the export assumes of its symbols: ``(text, left, comparison, right)``.
@@ -83,6 +85,11 @@ class Guard:
         self.sharded = sharded
         self.dtypes = tuple(dtypes)
         self.array_types = array_types
+        #: Host data (NumPy arrays and scalars) among ``array_types``: jit
+        #: converts it to the dtype ``canonical`` gives (``float64`` to
+        #: ``float32`` where x64 is off), and so does the executable.
+        self.host_types = host_types
+        self.canonical = canonical
         self.tracer_type = tracer_type
         self.dims: tuple[tuple[int | DimExpr, ...], ...] = tuple(
             tuple(d if isinstance(d, int) else parse_dim(d) for d in spec.dims)
@@ -118,14 +125,8 @@ class Guard:
                 return Fallback(
                     "rank", f"{name} has rank {len(shape)}, staged for {len(spec.dims)} ({spec})"
                 )
-            if arg.dtype != dtype:
+            if arg.dtype != dtype and not self._converted(arg, dtype):
                 return Fallback("dtype", f"{name} is {arg.dtype}, staged for {spec.dtype}")
-            if not self.sharded and getattr(arg, "_committed", False):
-                # jit runs where a committed input lives and commits its
-                # output there; the staged executable is for one device.
-                return Fallback(
-                    "device", f"{name} is committed to {_placed(arg)}, not left to jax to place"
-                )
             if bool(getattr(arg, "weak_type", False)) != spec.weak:
                 # jit traces a weakly typed leaf apart: what it returns is
                 # weakly typed too, and promotes otherwise later.
@@ -144,8 +145,9 @@ class Guard:
                 else:
                     uses.append(Use(dim, size, name, axis))
             # A weakly typed leaf is its own signature, as jit keys it: another
-            # variant's executable (``export._weakly``).
-            signature.append((shape, ("weak", arg.dtype) if spec.weak else arg.dtype))
+            # variant's executable (``export._weakly``). Host data is keyed by
+            # the dtype jit converts it to: the executable is the same.
+            signature.append((shape, ("weak", dtype) if spec.weak else dtype))
         if uses:
             solved = solve(uses)
             if isinstance(solved, Unfit):
@@ -156,6 +158,15 @@ class Guard:
                     values = ", ".join(f"{symbol}={solved[symbol]}" for symbol in named)
                     return Fallback("constraint", f"{text} does not hold for {values}")
         return tuple(signature)
+
+    def _converted(self, arg: Any, dtype: Any) -> bool:
+        """Whether jit gives host data ``arg`` the staged ``dtype`` (a NumPy
+        ``float64`` array is ``float32`` to jit where x64 is off)."""
+        return (
+            self.canonical is not None
+            and type(arg) in self.host_types
+            and self.canonical(arg.dtype) == dtype
+        )
 
 
 _COMPARISONS: dict[str, Callable[[int, int], bool]] = {
@@ -174,9 +185,13 @@ def _constraint(text: str) -> tuple[str, DimExpr, Callable[[int, int], bool], Di
     raise ValueError(f"constraint {text!r} is not e1 >= e2, e1 <= e2 or e1 == e2")
 
 
-#: The Python scalars a weakly typed input takes (``WEAK_SCALARS``).
+#: The Python scalars a weakly typed input takes (``WEAK_SCALARS``), and the
+#: dtype jit gives each where x64 is on.
 _WEAK = (int, float)
-_INT32 = (-(2**31), 2**31 - 1)
+_WIDE = {"int": "int64", "float": "float64"}
+#: The Python ints each weakly typed int dtype holds; jit raises
+#: OverflowError for any other.
+_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 
 
 def _weak(arg: Any, spec: TensorSpec, name: str, array_types: tuple[type, ...]) -> Fallback | None:
@@ -184,11 +199,14 @@ def _weak(arg: Any, spec: TensorSpec, name: str, array_types: tuple[type, ...]) 
     Python scalar of its kind, or a weakly typed array of its dtype, shape ()."""
     kind = type(arg)
     if kind in _WEAK:
-        if WEAK_SCALARS[kind.__name__] != spec.dtype:
+        # A 64-bit one was traced with x64 on, and the configuration, checked
+        # before the guard, says it still is: jit traces the scalar so too.
+        if spec.dtype not in (WEAK_SCALARS[kind.__name__], _WIDE[kind.__name__]):
             return Fallback("dtype", f"{name} is a Python {kind.__name__}, staged for {spec}")
-        if kind is int and not _INT32[0] <= arg <= _INT32[1]:
+        low, high = _RANGES.get(spec.dtype, (arg, arg))
+        if kind is int and not low <= arg <= high:
             # jit refuses it too, with jax's own OverflowError
-            return Fallback("scalar", f"{name} is an int outside int32")
+            return Fallback("scalar", f"{name} is an int outside {spec.dtype}")
         return None
     weak = getattr(arg, "weak_type", False)
     if kind in array_types and weak and tuple(arg.shape) == () and str(arg.dtype) == spec.dtype:
@@ -200,13 +218,6 @@ def _weak(arg: Any, spec: TensorSpec, name: str, array_types: tuple[type, ...]) 
             f"{arg.dtype}{list(arg.shape)}, staged for {spec} (a Python scalar)",
         )
     return _not_an_array(arg, name)
-
-
-def _placed(arg: Any) -> str:
-    try:
-        return ", ".join(sorted(str(d) for d in arg.devices()))
-    except Exception:  # only for the message
-        return "a device"
 
 
 def _not_an_array(arg: Any, name: str) -> Fallback:

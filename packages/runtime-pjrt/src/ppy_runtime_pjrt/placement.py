@@ -17,6 +17,13 @@ axes are auto) goes to the original with a ``Fallback`` of category
 ``sharding``, where jit lays it out as it always does, or refuses it as it
 always would.
 
+An export on one device runs where jit would run the call (``committed``):
+on the default device where no input is committed to one, and on the one
+device the committed inputs are on otherwise
+(``jax.device_put(params, jax.devices()[1])``), its outputs committed
+there, as jit's are. Inputs committed to different devices, which jit
+refuses, or laid out over several, go to the original.
+
 Which devices, in which order, is part of an executable: ``Placed.devices``
 goes into its cache key, and into what it is loaded onto.
 """
@@ -31,12 +38,13 @@ from ppy.runtime import Axis, MeshSpec, TensorSpec
 
 from ppy_runtime_pjrt.guard import Fallback
 
-__all__ = ["Placed", "Placement"]
+__all__ = ["Placed", "Placement", "committed"]
 
 
 @dataclass(frozen=True)
 class Placed:
-    """The program's mesh a call's inputs are laid out over."""
+    """The program's mesh a call's inputs are laid out over, or (``mesh``
+    None) the one device its committed inputs are on."""
 
     mesh: Any
     #: The mesh's devices in its order: the executable's device assignment.
@@ -167,3 +175,43 @@ def _mesh_of(leaves: Sequence[Any]) -> Any | Fallback:
             "sharding", "the inputs are laid out over another mesh than the program set"
         )
     return context
+
+
+def committed(leaves: Sequence[Any], inputs: Sequence[TensorSpec]) -> Placed | Fallback | None:
+    """Where jit runs a call of an export on one device: None for the
+    default device (no input is committed), else the one device the
+    committed inputs are on, where jit runs it and commits its outputs; or
+    why the export cannot run it as jit would."""
+    import jax
+
+    found: Any = None
+    for index, leaf in enumerate(leaves):
+        if not getattr(leaf, "_committed", False):
+            continue
+        name = (inputs[index].name or f"argument {index}") if index < len(inputs) else "an input"
+        sharding = leaf.sharding
+        devices = sharding.device_set
+        if len(devices) != 1:
+            return Fallback(
+                "device", f"{name} is laid out over {len(devices)} devices; the export is for one"
+            )
+        (device,) = devices
+        if device.platform != jax.devices()[0].platform:
+            return Fallback(
+                "device", f"{name} is committed to {device}, a device the export does not run on"
+            )
+        if sharding.memory_kind not in (None, device.default_memory().kind):
+            return Fallback(
+                "device",
+                f"{name} is in {sharding.memory_kind} memory; the export runs on the device's own",
+            )
+        if found is None:
+            found = device
+        elif device != found:
+            # jit refuses the call; the original says so in its own words.
+            return Fallback(
+                "device",
+                f"{name} is committed to {device}, another input to {found}: inputs committed "
+                "to different devices",
+            )
+    return None if found is None else Placed(None, (found,))

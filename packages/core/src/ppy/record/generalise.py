@@ -9,6 +9,9 @@
 - What a function defined inside another reads of that one (its closure)
   is the most called signature's; calls that read other values are left
   to jit, as calls of another dtype are.
+- A scalar weakly typed in every call (a Python int or float, which the
+  recording notes as jit's ``weak int64[]`` where x64 is on, or a weakly
+  typed ``jnp`` scalar) is described weakly typed, as a Python scalar is.
 - An array weakly typed in some calls (a loop that starts from
   ``jnp.full(s, 0.1)``, whose later calls pass the strongly typed result)
   is exported both ways, as jit traces it both ways.
@@ -105,6 +108,7 @@ def generalise(recorded: Sequence[tuple[Mapping[str, Any], int]]) -> General:
     general.closure = dict(held["closure"]) if held is not None else None
     arrays: dict[str, _Column] = {}
     nests: dict[str, Any] = {}
+    scalars: set[str] = set()
     for name in names:
         values = [inputs.get(name) for inputs, _ in recorded]
         kinds = {next(iter(v)) if isinstance(v, Mapping) else None for v in values}
@@ -124,6 +128,8 @@ def generalise(recorded: Sequence[tuple[Mapping[str, Any], int]]) -> General:
                 general.parameters[name] = Described(why_not=why)
                 continue
             arrays[name] = _column([v for v in values if v is not None])
+            if all(v is not None and v.get("weak") for v in values) and arrays[name][1][0] == ():
+                scalars.add(name)  # a Python scalar where x64 is on: jit traces it weakly only
         elif kinds == {"python"} and len({v["python"] for v in values if v}) == 1:
             kind = next(v["python"] for v in values if v)
             weak = WEAK_SCALARS.get(kind)
@@ -142,7 +148,11 @@ def generalise(recorded: Sequence[tuple[Mapping[str, Any], int]]) -> General:
             column = tuple(shape[axis] for shape in shapes)
             symbol = symbols.get(column)
             dims.append(column[0] if symbol is None else symbol)
-        described[name] = Described(dims=tuple(dims), dtype=dtype, weakly=weakly)
+        described[name] = (
+            Described(dims=(), dtype=dtype, weak=True)
+            if name in scalars
+            else Described(dims=tuple(dims), dtype=dtype, weakly=weakly)
+        )
     for name in names:
         if name in nests:
             own = iter([d for key, d in described.items() if key.startswith(f"{name}#")])

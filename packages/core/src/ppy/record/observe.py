@@ -378,17 +378,46 @@ def _metadata(value: Any, main: str, depth: int) -> Any:
 
 
 def _leaf(value: Any) -> dict[str, Any] | None:
-    """An array, a Python scalar or None; None for anything else."""
+    """An array, a Python scalar or None; None for anything else.
+
+    What is noted is what jit traces: a NumPy array or scalar of a 64-bit
+    dtype by the dtype jit gives it under the configuration in force at the
+    call (``float64`` is ``float32`` where x64 is off), and a Python int or
+    float where x64 is on by the weakly typed 64-bit scalar jit makes of it
+    (``{"python": "int"}`` stands for jit's ``int32`` one).
+    """
     if value is None:
         return {"none": True}
-    if type(value) in (bool, int, float, complex):
-        return {"python": type(value).__name__}
+    kind = type(value)
+    if kind in (bool, int, float, complex):
+        if kind in (int, float) and _x64():
+            return {"array": f"{kind.__name__}64[]", "weak": True}
+        return {"python": kind.__name__}
     shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
     if isinstance(shape, tuple) and dtype is not None:
         if _is_tracer(value):
             raise _Traced
-        return _array(value, shape, dtype)
+        return _array(value, shape, _canonical(dtype))
     return None
+
+
+def _x64() -> bool:
+    """Whether jit keeps 64-bit values as they are (``jax_enable_x64``, as
+    the calling thread sees it, a ``with`` block's value inside one)."""
+    import numpy
+
+    wide = numpy.dtype("int64")
+    return bool(_canonical(wide) == wide)
+
+
+def _canonical(dtype: Any) -> Any:
+    """``dtype`` as jit gives it to the trace, under the configuration in force."""
+    import jax
+
+    try:
+        return jax.dtypes.canonicalize_dtype(dtype)
+    except TypeError:  # not a dtype jax knows: noted as it is, and the file refuses it
+        return dtype
 
 
 def _array(value: Any, shape: tuple[int, ...], dtype: Any) -> dict[str, Any]:
