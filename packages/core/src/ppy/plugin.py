@@ -33,10 +33,11 @@ if TYPE_CHECKING:
     from ppy.discovery.module import discover_module
     from ppy.discovery.records import ClassInfo, FunctionInfo, ModuleInfo, Parameter
     from ppy.errors import ConfigError
-    from ppy.spec import AXIS_TYPES, Axis, MeshSpec, TensorSpec
+    from ppy.spec import AXIS_TYPES, WIDE_SCALARS, Axis, MeshSpec, TensorSpec
 
 __all__ = [
     "AXIS_TYPES",
+    "WIDE_SCALARS",
     "CONTRACT",
     "KNOWN_DECORATORS",
     "Axis",
@@ -75,6 +76,7 @@ CONTRACT: tuple[int, int] = (1, 2)
 #: Where each re-exported name lives; imported when the name is first used.
 _REEXPORTED: Mapping[str, str] = {
     "AXIS_TYPES": "ppy.spec",
+    "WIDE_SCALARS": "ppy.spec",
     "Axis": "ppy.spec",
     "Check": "ppy.decision",
     "ClassInfo": "ppy.discovery.records",

@@ -35,12 +35,13 @@ if TYPE_CHECKING:
     from ppy.artifact.entry import Entry
     from ppy.cache import ExecutableCache, executable_key
     from ppy.log import Held, get_logger, holding, show, verbose
-    from ppy.spec import WEAK_SCALARS, Axis, MeshSpec, TensorSpec
+    from ppy.spec import WEAK_SCALARS, WIDE_SCALARS, Axis, MeshSpec, TensorSpec
 
 __all__ = [
     "CONTRACT",
     "ORIGINAL",
     "WEAK_SCALARS",
+    "WIDE_SCALARS",
     "Axis",
     "Entry",
     "ExecutableCache",
@@ -62,7 +63,7 @@ __all__ = [
 #: and breaks no runtime written for an earlier one of the same major; a
 #: major version changes what a runtime is given or must do. A runtime sets
 #: ``contract`` to the version it was written for (a literal, not this name).
-CONTRACT: tuple[int, int] = (1, 0)
+CONTRACT: tuple[int, int] = (1, 1)
 
 #: Where each re-exported name lives; imported when the name is first used.
 _REEXPORTED: Mapping[str, str] = {
@@ -73,6 +74,7 @@ _REEXPORTED: Mapping[str, str] = {
     "MeshSpec": "ppy.spec",
     "TensorSpec": "ppy.spec",
     "WEAK_SCALARS": "ppy.spec",
+    "WIDE_SCALARS": "ppy.spec",
     "executable_key": "ppy.cache",
     "get_logger": "ppy.log",
     "holding": "ppy.log",

@@ -15,6 +15,7 @@ from typing import Any, Final
 __all__ = [
     "AXIS_TYPES",
     "WEAK_SCALARS",
+    "WIDE_SCALARS",
     "Axis",
     "Dim",
     "MeshSpec",
@@ -30,6 +31,9 @@ Axis = str | tuple[str, ...] | None
 #: (without x64), by type name: a step counter, a learning rate. A parameter
 #: annotated with one, or recorded with one, is a ``weak`` ``TensorSpec``.
 WEAK_SCALARS: Final = {"int": "int32", "float": "float32"}
+#: The same where x64 is on: jit traces a Python int as a weakly typed
+#: int64, a float as a weakly typed float64.
+WIDE_SCALARS: Final = {"int": "int64", "float": "float64"}
 #: ``jax.sharding.AxisType`` members, as the configuration and the artifact name them.
 AXIS_TYPES = ("explicit", "auto", "manual")
 

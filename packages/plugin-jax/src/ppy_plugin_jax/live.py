@@ -33,10 +33,6 @@ if TYPE_CHECKING:
 
 __all__ = ["export_live"]
 
-#: What a Python scalar argument is traced as: weakly typed, of its kind's
-#: default dtype (canonicalised by the x64 setting). A bool is not weakly typed.
-_SCALARS = {"int": "int64", "float": "float64"}
-
 
 def export_live(request: LiveRequest) -> Entry | StageFailure:
     """The entry for ``request.function`` at its recorded signatures, or why not."""
@@ -148,6 +144,7 @@ def _inputs(call: LiveCall, main: str | None) -> Any:
     import numpy as np
     from ppy.kinds.fingerprint import Unreadable
     from ppy.kinds.pytrees import structure
+    from ppy.plugin import WIDE_SCALARS
 
     from ppy_plugin_jax import worker
     from ppy_plugin_jax.inputs import Abstract
@@ -157,9 +154,9 @@ def _inputs(call: LiveCall, main: str | None) -> Any:
         if leaf[0] == "array":
             _, shape, dtype, weak = leaf
             kind = jax.dtypes.canonicalize_dtype(np.dtype(dtype))
-        elif leaf[0] == "python" and leaf[1] in _SCALARS:
+        elif leaf[0] == "python" and leaf[1] in WIDE_SCALARS:
             shape, weak = (), True
-            kind = jax.dtypes.canonicalize_dtype(np.dtype(_SCALARS[leaf[1]]))
+            kind = jax.dtypes.canonicalize_dtype(np.dtype(WIDE_SCALARS[leaf[1]]))
         else:
             raise worker._Refusal(
                 "missing-shape",

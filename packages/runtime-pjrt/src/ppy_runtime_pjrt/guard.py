@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ppy.runtime import WEAK_SCALARS, TensorSpec
+from ppy.runtime import WEAK_SCALARS, WIDE_SCALARS, TensorSpec
 
 from ppy_runtime_pjrt.dims import DimExpr, Unfit, Use, parse_dim, solve
 
@@ -188,7 +188,6 @@ def _constraint(text: str) -> tuple[str, DimExpr, Callable[[int, int], bool], Di
 #: The Python scalars a weakly typed input takes (``WEAK_SCALARS``), and the
 #: dtype jit gives each where x64 is on.
 _WEAK = (int, float)
-_WIDE = {"int": "int64", "float": "float64"}
 #: The Python ints each weakly typed int dtype holds; jit raises
 #: OverflowError for any other.
 _RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
@@ -201,7 +200,7 @@ def _weak(arg: Any, spec: TensorSpec, name: str, array_types: tuple[type, ...]) 
     if kind in _WEAK:
         # A 64-bit one was traced with x64 on, and the configuration, checked
         # before the guard, says it still is: jit traces the scalar so too.
-        if spec.dtype not in (WEAK_SCALARS[kind.__name__], _WIDE[kind.__name__]):
+        if spec.dtype not in (WEAK_SCALARS[kind.__name__], WIDE_SCALARS[kind.__name__]):
             return Fallback("dtype", f"{name} is a Python {kind.__name__}, staged for {spec}")
         low, high = _RANGES.get(spec.dtype, (arg, arg))
         if kind is int and not low <= arg <= high:

@@ -369,7 +369,11 @@ def _recorded_exports(project: Project, ledger: _Ledger) -> None:
     configuration lets their plugin stage, and the function is still a candidate."""
     config = project.config
     log = get_logger()
-    found = read_exports(config.root, {m.name: m.sha256 for m in project.modules})
+    found = read_exports(
+        config.root,
+        {m.name: m.sha256 for m in project.modules},
+        config.files().recording.digest,
+    )
     for name, reason in found.stale:
         log.warning(
             "build.live_export_ignored",

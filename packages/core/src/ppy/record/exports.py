@@ -154,12 +154,13 @@ class _Stale(Exception):
     """Why none of the exports can be used."""
 
 
-def read_exports(root: Path, sources: Mapping[str, str]) -> LiveExports:
+def read_exports(root: Path, sources: Mapping[str, str], signatures: str | None) -> LiveExports:
     """The recorded exports the build may use, given each module's sha256 now
-    (``sources``); the rest, each with why not."""
-    signatures = digest(signatures_path(root))
+    (``sources``) and the signatures file's (``signatures``, as the command
+    read it: ``ppy.snapshot``, its bare hex digest); the rest, each with why not."""
     if signatures is None:
         return LiveExports()
+    signatures = f"sha256:{signatures}"
     try:
         artifact = _read(exports_folder(root), signatures)
     except _Stale as why:
