@@ -45,7 +45,8 @@ for step in range(3):
 tangents = (jnp.ones(3), jnp.zeros_like(x), jnp.zeros_like(y))
 print("jvp", bits(directional(loss, (w, x, y), tangents)))
 print("jit of grad", bits(jax.jit(jax.grad(loss))(w, x, y)))
-print("vmap of grad", bits(jax.vmap(jax.grad(loss), in_axes=(0, None, None))(jnp.stack([w, w]), x, y)))
+batched = jax.vmap(jax.grad(loss), in_axes=(0, None, None))
+print("vmap of grad", bits(batched(jnp.stack([w, w]), x, y)))
 print("loss", bits(loss(w, x, y)))
 """
 
