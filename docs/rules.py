@@ -41,7 +41,7 @@ SAMPLES: dict[str, tuple[str, str]] = {
     ),
     "differentiated": (
         GRANTED,
-        f"@jax.jit\ndef loss({X}):\n    return x.sum()\ng = jax.grad(loss)\n",
+        f"@jax.jit\ndef loss({X}):\n    return x.sum()\ng = jax.jacrev(loss)\n",
     ),
     "allowed": (GRANTED, f"@jax.jit\ndef score({X}):\n    return x\n"),
     "static-args": (

@@ -257,6 +257,31 @@ def test_differentiated_says_why_and_how(tmp_path: Path) -> None:
     )
 
 
+def test_a_plugin_that_serves_some_transforms_stages_what_only_they_reach(
+    tmp_path: Path,
+) -> None:
+    plugin = FakePlugin(
+        requirements=Requirements(
+            build_execution=True,
+            permission="allow-build-export",
+            differentiation="its VJP serves jax.grad only",
+            differentiable=frozenset({"jax.grad"}),
+        )
+    )
+    graded = decide_one(MODEL + "\ng = jax.grad(score)\n", config_for(tmp_path), plugin)
+    assert graded.outcome is Outcome.ALLOWED
+    assert (
+        check(graded, "differentiated").detail == "differentiated by jax.grad: staged with its VJP"
+    )
+    source = MODEL + "\ng = jax.grad(score)\nj = jax.jacrev(score)\n"
+    both = decide_one(source, config_for(tmp_path), plugin)
+    assert (both.outcome, both.rule) == (Outcome.STAYS, "differentiated")
+    assert both.reason == (
+        "score is differentiated (handed to jax.grad at model.ppy:15); its VJP serves jax.grad "
+        "only; it is differentiated by jax.jacrev"
+    )
+
+
 def test_plugin_that_stages_differentiated_functions(tmp_path: Path) -> None:
     source = MODEL + "\ng = jax.grad(score)\n"
     plugin = FakePlugin(

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from jax import export
 from ppy.artifact.read import read_artifact
+from ppy.kinds.jax_export import JaxExport
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -78,7 +79,7 @@ def static(x: Batch, n: int):
     return x * n
 
 slope = jax.grad(loss)
-other = jax.grad(lambda x: inner(x).sum())
+other = jax.jacrev(lambda x: inner(x).sum())
 """
 
 FAILING = {
@@ -224,12 +225,28 @@ def test_functions_that_cannot_be_exported_say_why(
     assert "stays" in _line(result, "kinds", "no_dtype") and "ppy.DType" in _line(
         result, "kinds", "no_dtype"
     )
-    for name, via in (("loss", "jax.grad"), ("inner", "lambda")):
-        line = _line(result, "kinds", name)
-        assert "stays" in line and "differentiated" in line and "no VJP" in line and via in line
+    line = _line(result, "kinds", "inner")
+    assert "stays" in line and "differentiated" in line and "lambda" in line
+    assert "differentiated by jax.jacrev" in line and "batched" in line
     assert "static" in _line(result, "kinds", "static") and "stays" in _line(
         result, "kinds", "static"
     )
+
+
+def test_a_function_jax_grad_differentiates_is_exported_with_its_vjp(
+    built: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    root, result = built
+    assert "exported" in _line(result, "kinds", "loss")
+    artifact = read_artifact(root / ".ppy" / "artifact.ppyz")
+
+    def carries_vjp(name: str) -> bool:
+        entry = artifact.entry("kinds", name)
+        assert entry is not None
+        return bool(jax.export.deserialize(JaxExport.read(entry).variants[0].export).has_vjp())
+
+    # Only what the module differentiates pays for a VJP.
+    assert carries_vjp("loss") and not carries_vjp("pair")
 
 
 def test_user_code_that_fails_at_import_is_reported_and_the_build_goes_on(
@@ -260,10 +277,10 @@ def test_a_second_build_reuses_entries_without_a_worker(
     assert "build.reuse" in events and "build.stage" not in events
     exported = [ln for ln in first.stdout.splitlines() if " exported " in ln]
     reused = [ln for ln in second.stdout.splitlines() if " reused " in ln]
-    assert len(reused) == len(exported) == 8
+    assert len(reused) == len(exported) == 9
     (root / "model.ppy").write_text(KINDS + "\n# changed\n")
     third = ppy("build", str(root))
-    assert sum(" exported " in ln for ln in third.stdout.splitlines()) == 8
+    assert sum(" exported " in ln for ln in third.stdout.splitlines()) == 9
 
 
 def test_build_keep_going_exits_0_and_static_args_keep_the_build_green(

@@ -124,6 +124,10 @@ class Requirements:
     array_specs: bool = False
     #: Why a differentiated function cannot be staged, or None when it can.
     differentiation: str | None = None
+    #: The transforms whose functions it stages all the same, served by a
+    #: VJP of their own (``jax.grad``) or by the original where it has none:
+    #: a function some other transform reaches stays, for ``differentiation``'s reason.
+    differentiable: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -118,7 +118,8 @@ _TOOLS = (
 #: artifact whose entries an earlier count wrote is staged again, not reused.
 #: 2: the traced parameters in the signature's order (they were in
 #: alphabetical order where a constraint or a mesh remade their dims).
-_EXPORTS: Final = 2
+#: 3: a function the program differentiates is exported with its VJP.
+_EXPORTS: Final = 3
 
 
 def _version(distribution: str) -> str:
@@ -140,7 +141,15 @@ class JaxExportPlugin:
         permission="allow-build-export",
         array_specs=True,
         differentiation=(
-            "a serialized export carries no VJP, so jax.grad of the staged function would fail"
+            "its export carries a VJP that serves jax.grad and jax.value_and_grad, but a "
+            "pullback jax.vjp returns may be batched (jax.jacrev batches it), which the "
+            "export's VJP has no rule for"
+        ),
+        # Forward modes, linearize and grad under them take the original
+        # path at run time (ppy_runtime_pjrt.differentiated).
+        differentiable=frozenset(
+            f"jax.{name}"
+            for name in ("grad", "value_and_grad", "jvp", "jacfwd", "hessian", "linearize")
         ),
     )
 

@@ -183,6 +183,8 @@ def _module_request(target: StageTarget) -> dict[str, Any]:
                 "closure": json.loads(f.closure) if f.closure is not None else None,
                 "made": f.made,
                 "sizes": json.loads(f.sizes) if f.sizes is not None else None,
+                # Policy let it through: every transform reaching it is served by its VJP.
+                "vjp": f.differentiated is not None,
                 "params": [
                     describe(p, static=p.name in f.static)
                     for p in f.parameters

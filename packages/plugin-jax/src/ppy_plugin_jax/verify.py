@@ -22,14 +22,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final, cast
 
-__all__ = ["SIZES", "specialized", "symbols"]
+__all__ = ["SIZES", "sample", "specialized", "symbols"]
 
 #: The sizes each symbolic dim is checked at: the smallest, a few small ones
 #: (where code special-cases 1, or takes x[:2]) and a larger one.
 SIZES: Final = (1, 2, 3, 7)
 
 
-def _sample(rng: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+def sample(rng: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+    """Draws of ``dtype`` in ``shape``: normal for floats, small ints, coin flips."""
     import numpy as np
 
     kind = np.dtype(dtype).kind
@@ -91,7 +92,7 @@ def specialized(
         if not names or any(n < 0 for shape in shapes for n in shape):
             continue
         args = [
-            _sample(rng, shape, aval.dtype)
+            sample(rng, shape, aval.dtype)
             for shape, aval in zip(shapes, exported.in_avals, strict=True)
         ]
         try:

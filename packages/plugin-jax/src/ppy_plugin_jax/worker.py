@@ -197,18 +197,35 @@ class _Flat:
         order = [i for name in (*positional, *keywords) for i in places[name]]
         return None if order == sorted(order) else order
 
-    def lowered(self, static: Mapping[str, Any], leaves: Sequence[Any]) -> Any:
-        """The jitted function lowered for a call of these leaves, as the program
-        calls it: its own jit where it has one, else jit with its static
-        parameters (a function the program jits where it makes it)."""
+    def jitted(self) -> Any:
+        """The jitted function as the program calls it: its own jit where it
+        has one, else jit with its static parameters (a function the program
+        jits where it makes it)."""
         import jax
 
-        jitted = self.fn
-        if not callable(getattr(jitted, "lower", None)):
-            names = [p["name"] for p in self.params if p["static"]]
-            jitted = jax.jit(self.fn, static_argnames=names)
+        if callable(getattr(self.fn, "lower", None)):
+            return self.fn
+        names = [p["name"] for p in self.params if p["static"]]
+        return jax.jit(self.fn, static_argnames=names)
+
+    def lowered(self, static: Mapping[str, Any], leaves: Sequence[Any]) -> Any:
+        """The jitted function lowered for a call of these leaves, as the program calls it."""
         args, kwargs = self.call(static, leaves)
-        return jitted.lower(*args, **kwargs)
+        return self.jitted().lower(*args, **kwargs)
+
+    def original(self, static: Mapping[str, Any]) -> Any:
+        """The jitted function as the program calls it, taking the export's
+        leaves and returning its output's, as ``jax.grad`` of a call of it
+        differentiates it."""
+        import jax
+
+        jitted = self.jitted()
+
+        def flat(*leaves: Any) -> Any:
+            args, kwargs = self.call(static, leaves)
+            return jax.tree_util.tree_leaves(jitted(*args, **kwargs))
+
+        return flat
 
 
 def _leaf_specs(
@@ -440,11 +457,12 @@ def _export_variants(
     wide = any(spec["dtype"] in _WIDE for spec in inputs.specs)
     flat = _Flat(fn, params, inputs)
     sizes = function.get("sizes") or []
+    vjp = bool(function.get("vjp"))
     with jax_config.enable_x64(True) if wide else contextlib.nullcontext():
         statics = _static_values(params)
         try:
             variants = [
-                _variant(flat, static, form, request, recorded=bool(sizes))
+                _variant(flat, static, form, request, recorded=bool(sizes), vjp=vjp)
                 for static in statics
                 for form in _forms(inputs, statics)
             ]
@@ -542,7 +560,10 @@ def _at_recorded_sizes(
         if len(variants) + len(statics) * len(forms) > JaxExport.MAX_VARIANTS:
             break
         flat = _Flat(fn, params, inputs)
-        variants += [_variant(flat, static, form, request) for static in statics for form in forms]
+        vjp = bool(function.get("vjp"))
+        variants += [
+            _variant(flat, static, form, request, vjp=vjp) for static in statics for form in forms
+        ]
         served.append(sizes)
     if not served:
         raise refusal
@@ -641,8 +662,12 @@ def _variant(
     request: Mapping[str, Any],
     *,
     recorded: bool = False,
+    vjp: bool = False,
 ) -> tuple[Any, tuple[str, ...]]:
     """The export for one value of each static parameter, and its platforms.
+
+    ``vjp``: the program differentiates the function, so the export carries
+    its VJP, once its gradients are jit's bit for bit (``_vjp_as_jit``).
 
     ``recorded``: the symbols are a recording's, not the source's, so a trace
     that asks one anything whose answer depends on its size refuses the
@@ -693,6 +718,9 @@ def _variant(
             symbolic=True,
         )
     _compiles_as_jit(flat, static, exported, inputs.leaves, where)
+    serialized = bytes(exported.serialize(vjp_order=1 if vjp else 0))
+    if vjp:
+        _vjp_as_jit(flat, static, serialized, inputs, where)
     try:
         out_recipe = recipe(out_tree, inputs.tree)
     except Unrebuildable as error:
@@ -714,7 +742,7 @@ def _variant(
         uses_shape_polymorphism=any(
             not isinstance(d, int) for a in exported.in_avals for d in a.shape
         ),
-        export=bytes(exported.serialize()),
+        export=serialized,
         stablehlo=exported.mlir_module().encode("utf-8"),
         weak_outputs=tuple(i for i, a in enumerate(exported.out_avals) if a.weak_type),
     )
@@ -756,6 +784,29 @@ def _compiles_as_jit(
             deliberate=True,
             remedy="give the dims fixed sizes, which are compiled as jit compiles them",
             symbolic=True,
+        )
+
+
+def _vjp_as_jit(
+    flat: _Flat, static: dict[str, Any], serialized: bytes, inputs: _Inputs, where: str
+) -> None:
+    """Refuse an export whose VJP gives other gradients than jit's
+    (``ppy_plugin_jax.gradients``)."""
+    import jax
+
+    from ppy_plugin_jax.gradients import vjp_differs
+
+    names = [spec["name"] for spec in inputs.specs]
+    why = vjp_differs(
+        flat.original(static), jax.export.deserialize(bytearray(serialized)), inputs.leaves, names
+    )
+    if why is not None:
+        raise _Refusal(
+            "vjp-bits",
+            f"{why}{where}: jax.grad of the staged function would compute other bits than "
+            "jax.grad of the jitted one",
+            deliberate=True,
+            remedy="nothing to do: it stays jitted, and jax differentiates it as python does",
         )
 
 

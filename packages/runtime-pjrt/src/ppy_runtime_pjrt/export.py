@@ -34,6 +34,7 @@ from ppy.runtime import Entry, ManagedRuntime, NotBound, RunContext
 from ppy_runtime_pjrt import unstaged
 from ppy_runtime_pjrt.calls import Bound, Calls
 from ppy_runtime_pjrt.conditions import Conditions
+from ppy_runtime_pjrt.differentiated import primals
 from ppy_runtime_pjrt.guard import Fallback, Guard, Signature, type_name
 from ppy_runtime_pjrt.placement import Placed, Placement, committed
 
@@ -270,6 +271,10 @@ class StagedFunction:
             shown = ", ".join(f"{name}={_shown(value)}" for name, (_, value) in pairs)
             return Fallback("static", f"{shown} is not among the values staged")
         leaves, in_tree = jax.tree_util.tree_flatten(bound.traced)
+        # Under jax.grad the leaves are tracers at concrete points: those are checked.
+        at = primals(leaves, jax.core.Tracer)
+        if at is not None:
+            leaves = at
         staged = _sized(_weakly(choices, leaves), leaves)
         if isinstance(staged, Fallback):
             return staged
@@ -300,10 +305,25 @@ class StagedFunction:
         captured = self.conditions.captured((traced, checked))
         if captured is not None:
             return captured
+        if at is not None:
+            return self._differentiated(staged, args, kwargs)
         call = self._executable(staged, bound, out_tree, checked, placed, (args, kwargs))
         if isinstance(call, Fallback):
             return call
         return Route(call, bound.args, bound.kwargs)
+
+    def _differentiated(
+        self, staged: Staged, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Route | Fallback:
+        """A call under reverse-mode differentiation: served by ``Exported.call``,
+        whose VJP is the export's own, where the build exported one."""
+        if not staged.exported.has_vjp():
+            return Fallback(
+                "tracer",
+                "differentiated, and its export carries no VJP: the build found no "
+                "jax.grad of it in its module",
+            )
+        return Route(staged.serving(self.calls), args, kwargs)
 
     def slow(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A call through Python: routed, then served."""

@@ -45,7 +45,8 @@ RULES: Final[Mapping[str, str]] = {
     "missing-shape": "every traced parameter is described: an array's dims, a pytree's "
     "example or class",
     "missing-dtype": "every array parameter has an element type",
-    "differentiated": "the function is not differentiated, when the staged form carries no VJP",
+    "differentiated": "the function is differentiated only by transforms the plugin serves "
+    "with a staged VJP",
     "allowed": "every rule passed: the plugin may stage the function",
 }
 
@@ -336,6 +337,16 @@ def _differentiation_check(function: FunctionInfo, plugin: Plugin, decorator: st
         return Check("differentiated", True, f"{plugin.name} stages differentiated functions")
     if found is None:
         return Check("differentiated", True, "the module does not differentiate it")
+    served = plugin.requirements.differentiable
+    others = [t for t in found.transforms or (found.transform,) if t not in served]
+    if not others:
+        return Check(
+            "differentiated",
+            True,
+            f"differentiated by {' and '.join(found.transforms)}: staged with its VJP",
+        )
+    if served:
+        why = f"{why}; it is differentiated by {', '.join(others)}"
     how = f"handed to {found.transform} at {function.path}:{found.lineno}"
     if found.via:
         how += f" via {' -> '.join(found.via)}"

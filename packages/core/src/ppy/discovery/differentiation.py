@@ -1,14 +1,16 @@
 """Which functions a module differentiates: handed to a jax transform, directly or
 through the functions that call them.
 
-A serialized export carries no VJP, so the jax plugin cannot stage such a
-function; policy reads the route found here (``score is differentiated
-(handed to jax.grad at model.ppy:30 via loss)``) to say why.
+A plugin stages such a function only with a VJP of its own, for the
+transforms it serves (``Requirements.differentiable``); policy reads the
+route and the transforms found here (``score is differentiated (handed to
+jax.jacrev at model.ppy:30 via loss)``) to say why one stays.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 from collections import deque
 from collections.abc import Iterator
 from typing import Final
@@ -65,12 +67,20 @@ class _Differentiation:
                 if transform is not None:
                     seeds.append((decorator.lineno, transform, record.qualname, ()))
         result: dict[str, Differentiation] = {}
+        reached: dict[str, set[str]] = {}
         for lineno, transform, qualname, via in sorted(seeds):
-            self._spread(Differentiation(transform, lineno, via), qualname, result)
-        return result
+            self._spread(Differentiation(transform, lineno, via), qualname, result, reached)
+        return {
+            qualname: dataclasses.replace(found, transforms=tuple(sorted(reached[qualname])))
+            for qualname, found in result.items()
+        }
 
     def _spread(
-        self, found: Differentiation, start: str, result: dict[str, Differentiation]
+        self,
+        found: Differentiation,
+        start: str,
+        result: dict[str, Differentiation],
+        reached: dict[str, set[str]],
     ) -> None:
         queue: deque[tuple[str, tuple[str, ...]]] = deque([(start, found.via)])
         visited: set[str] = set()
@@ -79,6 +89,7 @@ class _Differentiation:
             if qualname in visited:
                 continue
             visited.add(qualname)
+            reached.setdefault(qualname, set()).add(found.transform)
             known = result.get(qualname)
             if known is None or len(via) < len(known.via):
                 result[qualname] = Differentiation(found.transform, found.lineno, via)

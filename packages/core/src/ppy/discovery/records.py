@@ -128,6 +128,10 @@ class Differentiation:
     #: How the transform reaches the function: ["loss", "score"] when
     #: ``jax.grad(loss)`` and ``loss`` calls ``score``.
     via: tuple[str, ...] = ()
+    #: Every transform the module reaches the function by, sorted: a plugin
+    #: that serves some transforms with a staged VJP stages the function only
+    #: where it serves all of them.
+    transforms: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,45 @@
+"""Is a call of tracers ``jax.grad`` of the staged function at a concrete point?
+
+An export built with its VJP (``serialize(vjp_order=1)``) is differentiable
+by reverse mode only: ``Exported.call`` under ``jax.grad``,
+``jax.value_and_grad`` or ``jax.vjp`` runs the export forward and its own
+VJP backward, with no trace of the function's body. jax differentiates in
+reverse by linearizing: the traced leaves are a ``LinearizeTracer`` of a
+trace marked ``is_vjp`` (jax 0.10 to 0.12), each carrying the concrete
+array it is evaluated at. Such a call is served by the export (``primals``
+gives the arrays the guard checks); every other tracer (``jax.jvp``,
+``jax.linearize``, ``jax.vmap``, a trace of an outer ``jax.jit``, or grad
+inside any of them, where a primal is itself a tracer) goes to the
+original, as before: the export has no forward-mode or batching rule, and
+inside an outer jit XLA compiles the caller around it otherwise than jit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["primals"]
+
+
+def primals(leaves: Sequence[Any], tracer_type: type) -> list[Any] | None:
+    """The concrete arrays a reverse-mode differentiation evaluates ``leaves``
+    at, where every tracer among them is one of a single such trace; None
+    where any tracer is anything else, or none is a tracer."""
+    found: list[Any] = []
+    trace: Any = None
+    for leaf in leaves:
+        if not isinstance(leaf, tracer_type):
+            found.append(leaf)
+            continue
+        if type(leaf).__name__ != "LinearizeTracer":
+            return None
+        own = getattr(leaf, "_trace", None)
+        if getattr(own, "is_vjp", None) is not True or (trace is not None and own is not trace):
+            return None
+        trace = own
+        primal = getattr(leaf, "primal", None)
+        if primal is None or isinstance(primal, tracer_type):
+            return None
+        found.append(primal)
+    return found if trace is not None else None
