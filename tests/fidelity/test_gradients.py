@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import ppy
-from derivs import directional
+from derivs import directional, jacobian
 
 Batch = Annotated[jax.Array, ppy.Shape("N", 3), ppy.DType("float32")]
 Targets = Annotated[jax.Array, ppy.Shape("N"), ppy.DType("float32")]
@@ -48,15 +48,21 @@ print("jit of grad", bits(jax.jit(jax.grad(loss))(w, x, y)))
 batched = jax.vmap(jax.grad(loss), in_axes=(0, None, None))
 print("vmap of grad", bits(batched(jnp.stack([w, w]), x, y)))
 print("loss", bits(loss(w, x, y)))
+print("jacrev", bits(jacobian(loss, w, x, y)))
 """
 
-#: A helper module the build does not read: its jax.jvp reaches loss at run time.
+#: A helper module the build does not read: its jax.jvp and jax.jacrev reach
+#: loss at run time. jacrev batches the pullback of a call the export served.
 DERIVS = """\
 import jax
 
 
 def directional(f, primals, tangents):
     return jax.jvp(f, primals, tangents)[1]
+
+
+def jacobian(f, *args):
+    return jax.jacrev(f)(*args)
 """
 
 
@@ -64,8 +70,9 @@ def test_grad_of_a_staged_function_is_served_by_its_vjp(tmp_path: Path) -> None:
     root = project(tmp_path / "p", {"model.ppy": PROGRAM, "derivs.py": DERIVS})
     compared = differential(root, cache=tmp_path / "c")
     assert compared.bound() == {"loss"}
-    # 3 jax.grad, 3 jax.value_and_grad, 1 plain call: no trace of loss's body.
-    assert compared.staged_calls("loss") == 7
+    # 3 jax.grad, 3 jax.value_and_grad, 1 plain call: no trace of loss's body;
+    # and jax.jacrev's forward call, whose batched pullback is the original's.
+    assert compared.staged_calls("loss") == 8
     originals = [e for e in compared.named("run.call") if e.get("path") == "original"]
     assert len(originals) == 3  # jax.jvp, grad under jax.jit, grad under jax.vmap
     reasons = {e["reason"] for e in compared.fallbacks()}

@@ -78,6 +78,15 @@ class Calls:
     def key(values: Sequence[Any]) -> StaticKey:
         return tuple((type(v), v) for v in values)
 
+    def with_traced(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], traced: Sequence[Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The call ``args``, ``kwargs`` with ``traced`` (in ``self.traced``'s
+        order) in place of its traced parameters' values."""
+        bound = self.signature.bind(*args, **kwargs)
+        bound.arguments.update(zip(self.traced, traced, strict=True))
+        return bound.args, bound.kwargs
+
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Bound | Fallback:
         try:
             bound = self.signature.bind(*args, **kwargs)

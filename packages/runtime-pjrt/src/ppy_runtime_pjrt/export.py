@@ -126,6 +126,34 @@ class Staged:
 
         return serve
 
+    def reversing(self, calls: Calls, original: Callable[..., Any]) -> Callable[..., Any]:
+        """What serves a call under reverse-mode differentiation: ``serving``'s
+        call, with the pullback decided when it is called
+        (``differentiated.reverse``): the export's VJP, or ``original``'s."""
+
+        def serve(*args: Any, **kwargs: Any) -> Any:
+            import jax
+
+            from ppy_runtime_pjrt.differentiated import reverse
+
+            bound = calls.bind(args, kwargs)
+            assert not isinstance(bound, Fallback), bound
+            leaves, in_tree = jax.tree_util.tree_flatten(bound.traced)
+            out_tree = self.out_tree(in_tree)  # the call's, as route found it
+            assert not isinstance(out_tree, Fallback), out_tree
+
+            def again(*at: Any) -> list[Any]:
+                traced = jax.tree_util.tree_unflatten(in_tree, at)
+                call_args, call_kwargs = calls.with_traced(args, kwargs, traced)
+                return jax.tree_util.tree_leaves(original(*call_args, **call_kwargs))
+
+            outputs = reverse(self.exported, again)(*leaves)
+            for index in self.variant.weak_outputs:  # as the trace typed them
+                outputs[index] = _weak(outputs[index])
+            return jax.tree_util.tree_unflatten(out_tree, outputs)
+
+        return serve
+
     def out_tree(self, in_tree: Any) -> Any | Fallback:
         """The output tree for traced inputs of ``in_tree``, or why they do not match."""
         import jax
@@ -323,7 +351,7 @@ class StagedFunction:
                 "differentiated, and its export carries no VJP: the build found no "
                 "jax.grad of it in its module",
             )
-        return Route(staged.serving(self.calls), args, kwargs)
+        return Route(staged.reversing(self.calls, self.original), args, kwargs)
 
     def slow(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A call through Python: routed, then served."""
