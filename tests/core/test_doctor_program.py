@@ -150,8 +150,9 @@ def test_the_program_arguments_and_its_failure_are_reported(ppy: Run, tmp_path: 
 def test_the_text_report_says_where_the_run_went(ppy: Run, tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(PYPROJECT)
     (tmp_path / "model.ppy").write_text(EAGER)
-    done = ppy("doctor", "--no-import", "--program", "model.ppy", cwd=tmp_path)
+    done = ppy("doctor", "--program", "model.ppy", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
+    assert "import jax  timed in the program's run (below)" in done.stdout
     assert "program run  `ppy run --no-warm model.ppy`" in done.stdout
     assert "XLA compiles (3)" in done.stdout
     assert "[0.0, 0.841" not in done.stdout  # the program's own output is not shown

@@ -194,7 +194,10 @@ def _versions(report: Report) -> str:
     return ", ".join(f"{n} {report.versions.get(n) or 'not installed'}" for n in names)
 
 
-def _import_lines(profile: ImportProfile | None) -> Iterator[str]:
+def _import_lines(profile: ImportProfile | None, program: bool) -> Iterator[str]:
+    if profile is None and program:
+        yield "import jax  timed in the program's run (below)"
+        return
     if profile is None:
         yield "import jax  not measured (--no-import)"
         return
@@ -208,7 +211,9 @@ def _import_lines(profile: ImportProfile | None) -> Iterator[str]:
         yield f"  {package.package.ljust(width)}  {package.self_us / 1e6:5.2f} s"
 
 
-def _backend_lines(profile: ImportProfile | None) -> Iterator[str]:
+def _backend_lines(profile: ImportProfile | None, program: bool) -> Iterator[str]:
+    if profile is None and program:
+        return
     if profile is None:
         yield "backend start  not measured (--no-import)"
         return
@@ -356,7 +361,10 @@ def render_text(report: Report) -> str:
             f"platform  {m.platform}, {m.machine}, {cpus}",
             f"versions  {_versions(report)}",
         ],
-        [*_import_lines(report.import_jax), *_backend_lines(report.import_jax)],
+        [
+            *_import_lines(report.import_jax, report.program is not None),
+            *_backend_lines(report.import_jax, report.program is not None),
+        ],
         list(_finding_lines(report)),
         list(_artifact_lines(report.artifact)),
         list(_cache_lines(report.cache)),
