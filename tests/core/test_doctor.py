@@ -280,7 +280,9 @@ def test_doctor_json_fields_on_a_project_with_no_artifact(
         "findings",
         "artifact",
         "cache",
+        "program",
     }
+    assert report["program"] is None  # no --program
     assert report["format_version"] == 1
     assert report["python"] == {
         "version": platform.python_version(),

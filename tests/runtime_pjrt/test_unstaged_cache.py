@@ -179,3 +179,56 @@ def test_a_program_that_forks_keeps_every_compile(
     compiled = _unstaged(first_events)
     assert {"jit_sin", "jit_cos", "jit_double"} <= set(compiled)
     assert _unstaged(second_events) == dict.fromkeys(compiled, "cache")
+
+
+#: A jitted step that stays unstaged (it differentiates a jitted loss), so
+#: its jaxpr holds the loss as a nested jit: keyed before lowering all the
+#: same. ``total`` is staged, so the runtime (and its cache) serves the run.
+NESTED = """\
+from typing import Annotated
+
+import jax
+import jax.numpy as jnp
+
+import ppy
+
+Rows = Annotated[jax.Array, ppy.Shape("B", 3), ppy.DType("float32")]
+
+
+@jax.jit
+def total(x: Rows) -> jax.Array:
+    return jnp.sum(x, axis=-1)
+
+
+@jax.jit
+def loss(w, x):
+    return jnp.sum((x @ w) ** 2)
+
+
+@jax.jit
+def step(w, x):
+    return w - 0.1 * jax.grad(loss)(w, x)
+
+if __name__ == "__main__":
+    w = jnp.ones(3, dtype=jnp.float32)
+    x = jnp.ones((2, 3), dtype=jnp.float32)
+    print([round(float(v), 6) for v in step(step(w, x), x)])
+"""
+
+
+def test_a_jit_that_calls_a_jit_is_loaded_without_being_lowered(
+    ppy: Run, cache_dir: Path, tmp_path: Path
+) -> None:
+    from tests.conftest import PERMISSIONS
+
+    (tmp_path / "pyproject.toml").write_text(PERMISSIONS)
+    (tmp_path / "model.ppy").write_text(NESTED)
+    built = ppy("build", cwd=tmp_path)
+    assert built.returncode == 0, built.stdout + built.stderr
+    plain = _plain(tmp_path)
+    first, first_events = _run(ppy, tmp_path)
+    second, second_events = _run(ppy, tmp_path)
+    assert first == second == plain
+    assert _lowered(first_events)["jit_step"] is True
+    assert _unstaged(second_events)["jit_step"] == "cache"
+    assert _lowered(second_events)["jit_step"] is False

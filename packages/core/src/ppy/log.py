@@ -19,6 +19,7 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any, Literal, TextIO, cast
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "configure",
     "get_logger",
     "holding",
+    "observe",
     "show",
     "status_allowed",
     "verbose",
@@ -41,8 +43,21 @@ _logger: Any = None
 
 
 def verbose() -> bool:
-    """Whether ``-v`` was given: the runtime then logs every call's path."""
-    return bool(_settings["cli"] and _settings["level"] <= logging.INFO)
+    """Whether ``-v`` was given, or every event is observed (``observe``): the
+    runtime then logs every call's path."""
+    return bool((_settings["cli"] and _settings["level"] <= logging.INFO) or _observer is not None)
+
+
+#: What sees every event, whatever the level shows (``observe``); None mostly.
+_observer: Callable[[str, dict[str, Any]], None] | None = None
+
+
+def observe(observer: Callable[[str, dict[str, Any]], None] | None) -> None:
+    """From now on, ``observer(event, fields)`` sees every event of every
+    level before the level decides what is shown: how ``ppy doctor --program``
+    counts what a run did (``ppy.run.timings``). None stops it."""
+    global _observer
+    _observer = observer
 
 
 def status_allowed() -> bool:
@@ -205,6 +220,8 @@ class _Logger:
     __slots__ = ()
 
     def _emit(self, level: int, method: str, event: str, fields: dict[str, Any]) -> None:
+        if _observer is not None:
+            _observer(event, fields)
         if level >= _settings["level"]:
             held = getattr(_held, "events", None)
             if held is not None:

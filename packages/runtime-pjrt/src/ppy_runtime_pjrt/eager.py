@@ -47,7 +47,7 @@ _PARAMETERS = (
 )
 _MARK = "__ppy_eager__"
 #: Bumped whenever what a key covers changes.
-_FORMAT = "ppy-eager 2"
+_FORMAT = "ppy-eager 3"
 _cache: ExecutableCache | None = None
 _state = threading.local()
 _PLAIN = (type(None), bool, int, float, complex, str, bytes)
@@ -285,15 +285,57 @@ def _jaxpr_text(jaxpr: Any, platform: str) -> str:
 
     lines = ["in " + " ".join(atom(v) for v in jaxpr.invars)]
     for eqn in jaxpr.eqns:
-        if eqn.primitive not in allowed or eqn.effects:
+        if eqn.effects:
             raise _Refused
-        params = _canon(sorted(eqn.params.items()))
+        if eqn.primitive is _jit_primitive():
+            params = _nested(eqn.params, platform)
+        elif eqn.primitive in allowed:
+            params = _canon(sorted(eqn.params.items()))
+        else:
+            raise _Refused
         ins = " ".join(atom(v) for v in eqn.invars)
         outs = " ".join(atom(v) for v in eqn.outvars)
         rule = _rule(eqn.primitive, platform)
         lines.append(f"{eqn.primitive.name} {rule} {params} ({ins}) -> ({outs})")
     lines.append("out " + " ".join(atom(v) for v in jaxpr.outvars))
     return "\n".join(lines)
+
+
+@functools.cache
+def _jit_primitive() -> Any:
+    """jax's primitive for a jitted function called inside another (``jit``)."""
+    from jax._src import pjit
+
+    return getattr(pjit, "jit_p", None) or getattr(pjit, "pjit_p", None)
+
+
+def _nested(params: dict[str, Any], platform: str) -> str:
+    """A jitted function called inside the computation (a jitted loss under
+    ``jax.grad``), written out as the call itself is: its jaxpr in full, and
+    its parameters, which must ask for what the call's own do not (``_key``)."""
+    from jax._src.named_sharding import UnspecifiedValue
+
+    if set(params) != _NESTED_PARAMETERS:
+        raise _Refused  # a jax whose nested call says more than this knows
+    closed = params["jaxpr"]
+    if (
+        closed.consts
+        or any(
+            not isinstance(s, UnspecifiedValue)
+            for s in (*params["in_shardings"], *params["out_shardings"])
+        )
+        or any(layout is not None for layout in (*params["in_layouts"], *params["out_layouts"]))
+        or any(params["donated_invars"])
+        or not params["ctx_mesh"].empty
+        or params["compiler_options_kvs"]
+    ):
+        raise _Refused
+    plain = _canon((params["name"], params["keep_unused"], params["inline"]))
+    return f"{plain} {{\n{_jaxpr_text(closed.jaxpr, platform)}\n}}"
+
+
+#: The parameters of a nested jit's equation: the call's own, less its arguments.
+_NESTED_PARAMETERS = frozenset(_PARAMETERS) - {"args"}
 
 
 def _rule(primitive: Any, platform: str) -> str:

@@ -11,7 +11,15 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ppy.cache import human_size
-from ppy.commands.doctor import SLOW_VERSIONS, VERSIONED, ArtifactReport, CacheReport, Report
+from ppy.commands.doctor import (
+    SLOW_VERSIONS,
+    VERSIONED,
+    ArtifactReport,
+    CacheReport,
+    Count,
+    ProgramRun,
+    Report,
+)
 from ppy.commands.importtime import BackendStart, ImportProfile, by_package
 from ppy.decision import Decision
 
@@ -103,6 +111,49 @@ def to_json(report: Report) -> dict[str, Any]:
             "warm": cache.warm.value,
             "note": cache.note,
         },
+        "program": _program_json(report.program),
+    }
+
+
+def _imported_by(before_program: bool | None) -> str | None:
+    if before_program is None:
+        return None
+    return "ppy" if before_program else "program"
+
+
+def _count_json(count: Count) -> dict[str, Any]:
+    return {"count": count.count, "seconds": _seconds(count.seconds)}
+
+
+def _program_json(run: ProgramRun | None) -> dict[str, Any] | None:
+    """Where the program's run went (``--program``); None when none was asked for."""
+    if run is None:
+        return None
+    return {
+        "command": list(run.command),
+        "exit_code": run.exit_code,
+        "failure": run.failure,
+        "seconds": _seconds(run.seconds),
+        "interpreter_seconds": _seconds(run.interpreter),
+        "import_jax_seconds": _seconds(run.import_jax),
+        "jax_imported_by": _imported_by(run.jax_before_program),
+        "backend_start_seconds": _seconds(run.backend_start),
+        "plugins_seconds": _seconds(run.plugins),
+        "platforms": {name: _seconds(value) for name, value in sorted(run.platforms.items())},
+        "before_program_seconds": _seconds(run.before_program),
+        "program_seconds": _seconds(run.program),
+        "trace": _count_json(run.trace),
+        "lower": _count_json(run.lower),
+        "compile": _count_json(run.compile),
+        "cache_loads": _count_json(run.loads),
+        "eager_loads": run.eager_loads,
+        "cache_hits": run.cache_hits,
+        "bound": run.bound,
+        "staged_calls": run.staged_calls,
+        "original_calls": run.original_calls,
+        "fallbacks": dict(sorted(run.fallbacks.items())),
+        "rest_seconds": _seconds(run.rest),
+        "exit_seconds": _seconds(run.exit),
     }
 
 
@@ -143,7 +194,10 @@ def _versions(report: Report) -> str:
     return ", ".join(f"{n} {report.versions.get(n) or 'not installed'}" for n in names)
 
 
-def _import_lines(profile: ImportProfile | None) -> Iterator[str]:
+def _import_lines(profile: ImportProfile | None, program: bool) -> Iterator[str]:
+    if profile is None and program:
+        yield "import jax  timed in the program's run (below)"
+        return
     if profile is None:
         yield "import jax  not measured (--no-import)"
         return
@@ -157,7 +211,9 @@ def _import_lines(profile: ImportProfile | None) -> Iterator[str]:
         yield f"  {package.package.ljust(width)}  {package.self_us / 1e6:5.2f} s"
 
 
-def _backend_lines(profile: ImportProfile | None) -> Iterator[str]:
+def _backend_lines(profile: ImportProfile | None, program: bool) -> Iterator[str]:
+    if profile is None and program:
+        return
     if profile is None:
         yield "backend start  not measured (--no-import)"
         return
@@ -247,6 +303,52 @@ def _cache_lines(cache: CacheReport) -> Iterator[str]:
     yield from _wrapped(f"warm for this program: {cache.warm.value} ({cache.note})", "  ")
 
 
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
+def _program_lines(run: ProgramRun) -> Iterator[str]:
+    shown = " ".join(run.command[2:])  # from "ppy": the interpreter is the one above
+    yield f"program run  `{shown}`: {_s(run.seconds)}, exit status {run.exit_code}"
+    yield "  its output was captured and is not shown"
+    if run.failure is not None:
+        yield from _wrapped(f"it failed: {run.failure}", "  ")
+    by = {None: "", True: " (by ppy, before the program)", False: " (by the program)"}
+    rows = [
+        ("interpreter start and import ppy", _s(run.interpreter)),
+        (f"import jax{by[run.jax_before_program]}", _s(run.import_jax)),
+        ("backend start", _s(run.backend_start)),
+    ]
+    if run.plugins is not None:
+        rows.append(("  plugins found and registered", _s(run.plugins)))
+    for platform, seconds in sorted(run.platforms.items()):
+        rows.append((f"  {platform} client", _s(seconds)))
+    rows += [
+        ("ppy before the program's first line", _s(run.before_program)),
+        ("the program, first line to last", _s(run.program)),
+        (f"  traces ({run.trace.count})", _s(run.trace.seconds)),
+        (f"  lowerings to MLIR ({run.lower.count})", _s(run.lower.seconds)),
+        (f"  XLA compiles ({run.compile.count})", _s(run.compile.seconds)),
+        (f"  executables loaded from a cache ({run.loads.count})", _s(run.loads.seconds)),
+        (f"  eager ops served from ppy's cache ({run.eager_loads})", "-"),
+        ("  the rest: eager execution, Python, staged calls", _s(run.rest)),
+        ("after the program's last line, to the exit", _s(run.exit)),
+    ]
+    width = max(len(label) for label, _ in rows)
+    for label, value in rows:
+        yield f"  {label.ljust(width)}  {value}"
+    fallbacks = ", ".join(f"{name} {n}" for name, n in sorted(run.fallbacks.items()))
+    yield (
+        f"  {_plural(run.bound, 'staged function')} bound, {_plural(run.staged_calls, 'call')} "
+        f"staged, {run.original_calls} to the original; "
+        f"fallback reasons: {fallbacks or 'none'}"
+    )
+    yield (
+        f"  ppy's executable cache answered {_plural(run.cache_hits, 'read')} "
+        "(staged executables and unstaged computations)"
+    )
+
+
 def render_text(report: Report) -> str:
     """The report for people: one screen, a section a paragraph."""
     m = report.machine
@@ -259,9 +361,14 @@ def render_text(report: Report) -> str:
             f"platform  {m.platform}, {m.machine}, {cpus}",
             f"versions  {_versions(report)}",
         ],
-        [*_import_lines(report.import_jax), *_backend_lines(report.import_jax)],
+        [
+            *_import_lines(report.import_jax, report.program is not None),
+            *_backend_lines(report.import_jax, report.program is not None),
+        ],
         list(_finding_lines(report)),
         list(_artifact_lines(report.artifact)),
         list(_cache_lines(report.cache)),
     ]
+    if report.program is not None:
+        sections.append(list(_program_lines(report.program)))
     return "\n\n".join("\n".join(lines) for lines in sections)

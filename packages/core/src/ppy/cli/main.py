@@ -296,8 +296,9 @@ def _add_doctor(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help=_COMMANDS["doctor"],
         description="Time `import jax` in a fresh interpreter, name installed versions known "
         "to be slow with their remedy, and show the artifact's freshness, what it stages and "
-        "what stays, the executable cache, and the versions and machine. Exits 0 whatever it "
-        "finds.",
+        "what stays, the executable cache, and the versions and machine. With --program FILE "
+        "ARGS, run the program once and say where its time went. Exits 0 whatever it finds, "
+        "whatever the program's exit status.",
     )
     doctor.add_argument(
         "path",
@@ -319,6 +320,16 @@ def _add_doctor(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         metavar="SECONDS",
         help="give up timing `import jax` after this long (default: 60)",
     )
+    program = doctor.add_argument(
+        "--program",
+        nargs=argparse.REMAINDER,
+        metavar="FILE [ARGS]",
+        help="also run FILE ARGS once under `ppy run --no-warm`, its output captured and not "
+        "shown, and report where that run's time went: import jax, the backend start, "
+        "compiles and executable-cache loads, staged calls and fallbacks, the rest, and the "
+        "exit (the last option: what follows is the program's)",
+    )
+    program.required = False
 
 
 _COMMAND_PARSERS = {
@@ -558,7 +569,17 @@ def _doctor(args: argparse.Namespace) -> int:
     from ppy.cli.diagnosis import render_text, to_json
     from ppy.commands.doctor import gather
 
-    report = gather(args.path, measure_import=not args.no_import, timeout=args.import_timeout)
+    path: Path = args.path
+    program: list[str] = args.program or []
+    if args.program is not None and not program:
+        raise UsageError(
+            "--program needs a FILE", remedy="ppy doctor --program model.ppy [ARGS...]"
+        )
+    if program and path == Path("."):
+        path = Path(program[0])  # the program's project
+    report = gather(
+        path, measure_import=not args.no_import, timeout=args.import_timeout, program=program
+    )
     if args.json:
         print(json.dumps(to_json(report), indent=2, sort_keys=True))
     else:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ppy.commands.importtime import DEFAULT_TIMEOUT, ImportProfile, measure
 from ppy.decision import Decision, Outcome
@@ -57,9 +57,11 @@ __all__ = [
     "ArtifactReport",
     "ArtifactState",
     "CacheReport",
+    "Count",
     "Finding",
     "Interpreter",
     "Machine",
+    "ProgramRun",
     "Report",
     "SlowVersion",
     "Warmth",
@@ -70,6 +72,7 @@ __all__ = [
     "installed_versions",
     "interpreter",
     "machine",
+    "run_program",
 ]
 
 #: The distributions whose versions start-up depends on, in the order shown.
@@ -230,9 +233,17 @@ class Report:
     findings: tuple[Finding, ...]
     artifact: ArtifactReport
     cache: CacheReport
+    #: The program's own run, where one was asked for (``--program``).
+    program: ProgramRun | None = None
 
 
-def gather(target: Path, *, measure_import: bool = True, timeout: float | None = None) -> Report:
+def gather(
+    target: Path,
+    *,
+    measure_import: bool = True,
+    timeout: float | None = None,
+    program: Sequence[str] = (),
+) -> Report:
     """Everything ``ppy doctor`` reports for the project at or above ``target``;
     ``import jax`` is given up on after ``timeout`` seconds (None:
     ``DEFAULT_TIMEOUT``)."""
@@ -241,9 +252,12 @@ def gather(target: Path, *, measure_import: bool = True, timeout: float | None =
     timeout = timeout if timeout is not None else DEFAULT_TIMEOUT
     versions = installed_versions()
     artifact = artifact_report(target)
+    # The program's own run measures import jax and the backend start where
+    # it has them: no fresh interpreter is timed beside it.
+    ran = run_program(Path(program[0]), program[1:]) if program else None
     profile = (
         measure("jax", timeout=timeout, cwd=artifact.root, start_backend=True)
-        if measure_import
+        if measure_import and ran is None
         else None
     )
     return Report(
@@ -254,6 +268,7 @@ def gather(target: Path, *, measure_import: bool = True, timeout: float | None =
         findings=findings(versions, profile),
         artifact=artifact,
         cache=cache_report(artifact.artifact),
+        program=ran,
     )
 
 
@@ -382,4 +397,161 @@ def cache_report(artifact: Artifact | None, cache: ExecutableCache | None = None
         warm, note = Warmth.UNKNOWN, _EXACT
     return CacheReport(
         cache.directory, untrusted, executables, total, unstaged, unstaged_total, warm, note
+    )
+
+
+@dataclass(frozen=True)
+class Count:
+    """How many of something, and the seconds they took together."""
+
+    count: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ProgramRun:
+    """One ``ppy run --no-warm FILE ARGS`` of the program, measured inside it
+    (``ppy.run.timings``): where its time went, from the interpreter's start
+    to its exit. Seconds are None where the run did not get that far, or
+    this jax does not say."""
+
+    command: tuple[str, ...]
+    exit_code: int
+    #: The whole process, from its start to its exit, as seen from here.
+    seconds: float
+    #: The last line the run wrote to stderr, where it failed (exit code not 0).
+    failure: str | None
+    #: From the process's start to ``ppy run``'s first line: the interpreter and ``import ppy``.
+    interpreter: float | None = None
+    import_jax: float | None = None
+    #: Whether ppy imported jax before the program started (else the program did).
+    jax_before_program: bool | None = None
+    #: jax's backend start: the first ``backends()``, with the plugins' discovery
+    #: and each platform's client apart.
+    backend_start: float | None = None
+    plugins: float | None = None
+    platforms: Mapping[str, float] = field(default_factory=dict)
+    #: ppy's work before the program's first line: the configuration, the
+    #: artifact (a build, where it was stale), the runtimes.
+    before_program: float | None = None
+    #: From the program's first line to its last.
+    program: float | None = None
+    trace: Count = Count(0, 0.0)
+    lower: Count = Count(0, 0.0)
+    #: XLA compiles: jax's backend compiles less those a cache answered.
+    compile: Count = Count(0, 0.0)
+    #: Backend compiles that ppy's executable cache (or jax's) answered.
+    loads: Count = Count(0, 0.0)
+    #: Eager ops ppy's cache served before jax lowered them (no time of their own).
+    eager_loads: int = 0
+    #: Reads of ppy's executable cache that found an executable.
+    cache_hits: int = 0
+    bound: int = 0
+    staged_calls: int = 0
+    original_calls: int = 0
+    #: Fallback categories, each counted once per reason (``run.fallback``).
+    fallbacks: Mapping[str, int] = field(default_factory=dict)
+    #: From the program's last line to the process's exit.
+    exit: float | None = None
+
+    @property
+    def rest(self) -> float | None:
+        """The run's time, from ``ppy run``'s first line to the program's last,
+        that none of the above took: eager execution, the program's Python,
+        staged calls."""
+        if self.before_program is None or self.program is None:
+            return None
+        known = sum(
+            value or 0.0
+            for value in (
+                self.import_jax,
+                self.backend_start,
+                self.trace.seconds,
+                self.lower.seconds,
+                self.compile.seconds,
+                self.loads.seconds,
+            )
+        )
+        return max(0.0, self.before_program + self.program - known)
+
+
+def run_program(program: Path, args: Sequence[str]) -> ProgramRun:
+    """Run ``ppy run --no-warm PROGRAM ARGS`` once, here, with its output
+    captured and not shown, and read where its time went."""
+    import json
+    import subprocess
+    import tempfile
+    import time
+
+    from ppy.run.timings import ENV
+
+    if not program.is_file():
+        raise UsageError(f"{program}: no such file", remedy="give the path of a .ppy program")
+    command = (sys.executable, "-m", "ppy", "run", "--no-warm", str(program), *args)
+    with tempfile.TemporaryDirectory(prefix="ppy-doctor-") as folder:
+        written = Path(folder) / "timings.json"
+        launched = time.time()
+        done = subprocess.run(
+            command,
+            env={**os.environ, ENV: str(written)},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            check=False,
+        )
+        ended = time.time()
+        try:
+            found = json.loads(written.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            found = {}
+    said = done.stderr.decode(errors="replace").strip().splitlines()
+    failure = (said[-1] if said else "it wrote nothing on stderr") if done.returncode else None
+    return _program_run(command, done.returncode, launched, ended, failure, found)
+
+
+def _program_run(
+    command: Sequence[str],
+    code: int,
+    launched: float,
+    ended: float,
+    failure: str | None,
+    found: Mapping[str, Any],
+) -> ProgramRun:
+    stamps: Mapping[str, float] = found.get("stamps", {})
+    spans: Mapping[str, float] = found.get("spans", {})
+    counts: Mapping[str, int] = found.get("counts", {})
+
+    def between(first: str | float, last: str | float) -> float | None:
+        a = stamps.get(first) if isinstance(first, str) else first
+        b = stamps.get(last) if isinstance(last, str) else last
+        return None if a is None or b is None else max(0.0, b - a)
+
+    def count(name: str) -> Count:
+        number, seconds = found.get(name, (0, 0.0))
+        return Count(int(number), float(seconds))
+
+    imported, ready = stamps.get("jax_imported"), stamps.get("ready")
+    return ProgramRun(
+        command=tuple(command),
+        exit_code=code,
+        seconds=ended - launched,
+        failure=failure,
+        interpreter=between(launched, "started"),
+        import_jax=spans.get("import_jax"),
+        jax_before_program=None if imported is None or ready is None else imported <= ready,
+        backend_start=spans.get("backend_start"),
+        plugins=spans.get("plugins"),
+        platforms=dict(found.get("platforms", {})),
+        before_program=between("started", "ready"),
+        program=between("ready", "program_ended"),
+        trace=count("trace"),
+        lower=count("lower"),
+        compile=count("compile"),
+        loads=count("loads"),
+        eager_loads=int(counts.get("eager_loads", 0)),
+        cache_hits=int(counts.get("cache_hits", 0)),
+        bound=int(counts.get("bound", 0)),
+        staged_calls=int(counts.get("staged_calls", 0)),
+        original_calls=int(counts.get("original_calls", 0)),
+        fallbacks=dict(found.get("fallbacks", {})),
+        exit=between("program_ended", ended),
     )

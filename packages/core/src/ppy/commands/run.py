@@ -10,6 +10,7 @@ program runs with whatever could be bound, the rest as ordinary calls.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from ppy.build.pipeline import Project
     from ppy.config import Config
     from ppy.request import RunRequest
+    from ppy.run.timings import Timings
     from ppy.runtime import Runtime
 
 __all__ = ["Prepared", "launch", "prepare", "run"]
@@ -76,17 +78,31 @@ def launch(request: RunRequest, *, config: Config | None = None) -> Program:
     caller runs it, in its own frame: ``ppy.run.program.Program``). The
     program is the path as typed, which the program sees as ``sys.argv[0]``;
     ``config``, the program's configuration where it was read already."""
+    timings = _timings()
     prepared = prepare(Path(request.program), build=request.build, config=config)
     argv = list(request.argv)
     unless_shadowed(request.program, argv)
     set_aside(prepared.root)
-    return Program(
+    program = Program(
         request.program,
         argv,
         artifact=prepared.artifact,
         runtimes=prepared.runtimes,
         root=prepared.root,
+        ended=timings.ended if timings is not None else None,
     )
+    if timings is not None:
+        timings.mark("ready")
+    return program
+
+
+def _timings() -> Timings | None:
+    """The run's timings, where ``ppy doctor --program`` asks for them."""
+    if not os.environ.get("PPY_TIMINGS"):
+        return None
+    from ppy.run.timings import start  # for start-up speed: only the doctor's runs
+
+    return start()
 
 
 def prepare(program: Path, *, build: bool = True, config: Config | None = None) -> Prepared:
