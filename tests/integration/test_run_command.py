@@ -191,7 +191,7 @@ RUN_IMPORTS = {
     "kinds.jax_compat kinds.jax_export kinds.pytrees kinds.trace_config layout log "
     "registry request run run.binding run.collector run.import_hooks run.made run.program "
     "run.shadow runtime snapshot spec warm warm.client warm.protocol",
-    "ppy_runtime_pjrt": "behind calls compile conditions dims eager guard pickled "
+    "ppy_runtime_pjrt": "behind calls compile conditions differentiated dims eager guard pickled "
     "placement unstaged",
 }
 
