@@ -1,4 +1,4 @@
-"""Cases 6 to 10: start-up of real programs, staged and not, and what recording costs.
+"""Cases 6 to 11: start-up of real programs, staged and not, and what recording costs.
 
 - ``optax training``: an MLP trained with optax, whose ``train_step(params,
   opt_state, x, y)`` takes pytrees described with ``ppy.Like``; the whole
