@@ -271,3 +271,34 @@ def test_a_step_whose_trace_asks_its_batch_size_is_exported_at_the_recorded_size
     assert seen.staged_calls("main.<locals>.step") == 4
     unseen = differential(root, "24", cache=cache, build=False)
     assert unseen.staged_calls("main.<locals>.step") == 0
+
+
+#: A jit under the main guard that reads a typed PRNG key the guard made,
+#: as jax's mnist_vae reads its test_rng.
+KEY_GLOBAL = """
+import sys
+
+import jax.numpy as jnp
+from jax import jit, random
+
+if __name__ == "__main__":
+    test_rng = random.key(int(sys.argv[1]) if len(sys.argv) > 1 else 1)
+
+    @jit
+    def evaluate(x):
+        return x + random.normal(test_rng, x.shape)
+
+    for _ in range(3):
+        print(evaluate(jnp.ones(3)))
+"""
+
+
+def test_a_prng_key_the_trace_reads_is_compared_by_its_key_data(tmp_path: Path) -> None:
+    root, cache = _recorded(tmp_path, KEY_GLOBAL)
+    assert _ppy(root, cache, "build").returncode == 0
+    same = differential(root, cache=cache, build=False)
+    assert same.staged_calls("evaluate") == 3
+    other = differential(root, "2", cache=cache, build=False)
+    assert other.staged_calls("evaluate") == 0
+    reasons = {str(e["reason"]) for e in other.fallbacks()}
+    assert any("test_rng" in r and "not the value the build traced with" in r for r in reasons)
