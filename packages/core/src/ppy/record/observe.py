@@ -414,14 +414,18 @@ def _x64() -> bool:
 def _standard(dtype: Any) -> None:
     """Refuse an array of one of jax's extended dtypes (a typed PRNG key from
     ``random.key``): the file has no such dtype, and ppy stages none."""
+    import numpy
+
+    if isinstance(dtype, numpy.dtype):  # every array's but an extended one: no more to ask
+        return
     import jax
 
     try:
-        extended = jax.dtypes.issubdtype(dtype, jax.dtypes.extended)
+        extended = jax.numpy.issubdtype(dtype, jax.dtypes.extended)
     except TypeError:  # not a dtype jax knows: noted as it is, and the file refuses it
         return
     if extended:
-        key = jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+        key = jax.numpy.issubdtype(dtype, jax.dtypes.prng_key)
         kind = "a typed PRNG key array" if key else "an array of jax's extended dtype"
         raise Unrecordable(f"{kind} ({dtype}), which ppy does not stage")
 
