@@ -47,7 +47,10 @@ def test_a_foreign_program_recorded_as_written_is_staged_with_the_same_output(
     root = tmp_path / "project"
     shutil.copytree(FOREIGN, root)
     cache = tmp_path / "cache"
-    environ = {**os.environ, "PPY_CACHE_DIR": str(cache)}
+    # On the CPU, as the suite runs: absl's logging, which one of them imports,
+    # would print jax's search for a TPU with the time of day.
+    platform = {"JAX_PLATFORMS": "cpu"}
+    environ = {**os.environ, "PPY_CACHE_DIR": str(cache), **platform}
     recorded = subprocess.run(
         [sys.executable, "-m", "ppy", "--log-format", "json", "record", f"{program}.ppy"],
         cwd=root,
@@ -59,7 +62,9 @@ def test_a_foreign_program_recorded_as_written_is_staged_with_the_same_output(
     )
     assert recorded.returncode == 0, recorded.stderr
     assert not json_events(recorded.stderr, "record.export_failed") or not STAGED[program]
-    compared = differential(root, cache=cache, program=f"{program}.ppy", quiet_stderr=None)
+    compared = differential(
+        root, cache=cache, program=f"{program}.ppy", env=platform, quiet_stderr=None
+    )
     staged: dict[str, int] = {}
     for call in compared.named("run.call"):
         if call.get("path") == "staged":
