@@ -72,6 +72,7 @@ CASES: dict[str, Callable[[Path, Plan], list[Comparison]]] = {
     "record": lambda scratch, plan: programs.recording(scratch, plan.startup_rounds),
     "unannotated": lambda scratch, plan: programs.optax_unannotated(scratch, plan.startup_rounds),
     "empty": lambda scratch, plan: empty.empty_program(scratch, plan.startup_rounds),
+    "main-block": lambda scratch, plan: programs.main_block(scratch, plan.startup_rounds),
 }
 
 

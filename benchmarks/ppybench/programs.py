@@ -1,4 +1,4 @@
-"""Cases 6 to 10: start-up of real programs, staged and not, and what recording costs.
+"""Cases 6 to 11: start-up of real programs, staged and not, and what recording costs.
 
 - ``optax training``: an MLP trained with optax, whose ``train_step(params,
   opt_state, x, y)`` takes pytrees described with ``ppy.Like``; the whole
@@ -20,11 +20,13 @@ from .measure import Comparison, Mode
 from .startup import first_calls, interleaved
 
 __all__ = [
+    "MAIN_BLOCK",
     "RECORDED",
     "SHARDED",
     "UNANNOTATED",
     "nothing_staged",
     "optax_training",
+    "main_block",
     "optax_unannotated",
     "recording",
     "sharded",
@@ -33,6 +35,7 @@ __all__ = [
 SHARDED = "4-device data-parallel MLP"
 RECORDED = "recording, examples/80_recorded"
 UNANNOTATED = "optax training, unannotated"
+MAIN_BLOCK = "unannotated program in the style of jax's examples"
 
 
 def optax_training(scratch: Path, rounds: int) -> list[Comparison]:
@@ -52,6 +55,20 @@ def optax_unannotated(scratch: Path, rounds: int) -> list[Comparison]:
     runs = measure.interleave([python, record], rounds, scratch)
     wall = {name: [r.wall_s for r in mode_runs] for name, mode_runs in runs.items()}
     return [*found, Comparison(UNANNOTATED, "recording", "s", "python", wall)]
+
+
+def main_block(scratch: Path, rounds: int) -> list[Comparison]:
+    """Case 11: examples/85_main_block, written as jax's own examples are
+    (everything in main(), example_libraries.optimizers), staged from one
+    ``ppy record`` run; and what recording costs on it, interleaved with python."""
+    project = projects.main_block(scratch / "main-block")
+    found = _training(project, scratch / "main-block-caches", rounds, MAIN_BLOCK)
+    env = {"PPY_CACHE_DIR": str(scratch / "main-block-record")}
+    python = Mode("python", [sys.executable, "model.ppy"], project, lambda _p: env)
+    record = Mode("ppy record", [*ppy_command(), "record", "model.ppy"], project, lambda _p: env)
+    runs = measure.interleave([python, record], rounds, scratch)
+    wall = {name: [r.wall_s for r in mode_runs] for name, mode_runs in runs.items()}
+    return [*found, Comparison(MAIN_BLOCK, "recording", "s", "python", wall)]
 
 
 def _training(project: Path, caches: Path, rounds: int, case: str) -> list[Comparison]:

@@ -98,6 +98,33 @@ def main():
 main()
 """
 
+#: The step made in main() called at the batch sizes argv names.
+BATCHES = """
+import sys
+
+import jax.numpy as jnp
+from jax import jit
+
+
+def main():
+    sizes = [int(size) for size in sys.argv[1:]] or [8, 16]
+    scale = 0.5
+
+    w = jnp.linspace(-1.0, 1.0, 12, dtype=jnp.float32).reshape(4, 3)
+
+    @jit
+    def step(x):
+        return jnp.tanh(x @ w) * scale
+
+    for n in sizes:
+        for _ in range(2):
+            x = jnp.arange(n * 4, dtype=jnp.float32).reshape(n, 4) / 10
+            print(step(x).sum())
+
+
+main()
+"""
+
 
 def _recorded(tmp_path: Path, source: str, **env: str) -> tuple[Path, Path]:
     root = tmp_path / "project"
@@ -207,3 +234,71 @@ def test_a_stale_export_is_ignored_with_its_reason(tmp_path: Path) -> None:
     assert " stays " in line, line
     index = json.loads((root / ".ppy" / "exports" / "live.json").read_text())
     assert index["format"] == "ppy-live-exports"
+
+
+def test_a_batch_size_the_recording_did_not_see_is_served_by_a_symbolic_export(
+    tmp_path: Path,
+) -> None:
+    """Recorded at B=8 and B=16, the step is exported once with a symbol for
+    its batch, checked by the refinement rule and the dependence watch as the
+    build checks one, and serves B=24 staged."""
+    root, cache = _recorded(tmp_path, BATCHES)
+    built = _ppy(root, cache, "build")
+    assert built.returncode == 0, built.stdout + built.stderr
+    (line,) = [line for line in built.stdout.splitlines() if "main.<locals>.step" in line]
+    assert "symbolic in B (recorded B=8, 16)" in line, line
+    compared = differential(root, "24", cache=cache, build=False)
+    assert compared.staged_calls("main.<locals>.step") == 2
+    assert not compared.fallbacks()
+
+
+def test_a_step_whose_trace_asks_its_batch_size_is_exported_at_the_recorded_sizes(
+    tmp_path: Path,
+) -> None:
+    """A trace that branches on the batch size makes the symbol unfaithful:
+    the sizes the recording saw are exported, and only those are served."""
+    source = BATCHES.replace(
+        "        return jnp.tanh(x @ w) * scale",
+        "        if x.shape[0] > 12:\n            return jnp.tanh(x @ w) * scale\n"
+        "        return x @ w * scale",
+    )
+    root, cache = _recorded(tmp_path, source)
+    built = _ppy(root, cache, "build")
+    assert built.returncode == 0, built.stdout + built.stderr
+    (line,) = [line for line in built.stdout.splitlines() if "main.<locals>.step" in line]
+    assert "at 2 signatures (4 calls); at the recorded sizes, specializes:" in line, line
+    seen = differential(root, cache=cache, build=False)
+    assert seen.staged_calls("main.<locals>.step") == 4
+    unseen = differential(root, "24", cache=cache, build=False)
+    assert unseen.staged_calls("main.<locals>.step") == 0
+
+
+#: A jit under the main guard that reads a typed PRNG key the guard made,
+#: as jax's mnist_vae reads its test_rng.
+KEY_GLOBAL = """
+import sys
+
+import jax.numpy as jnp
+from jax import jit, random
+
+if __name__ == "__main__":
+    test_rng = random.key(int(sys.argv[1]) if len(sys.argv) > 1 else 1)
+
+    @jit
+    def evaluate(x):
+        return x + random.normal(test_rng, x.shape)
+
+    for _ in range(3):
+        print(evaluate(jnp.ones(3)))
+"""
+
+
+def test_a_prng_key_the_trace_reads_is_compared_by_its_key_data(tmp_path: Path) -> None:
+    root, cache = _recorded(tmp_path, KEY_GLOBAL)
+    assert _ppy(root, cache, "build").returncode == 0
+    same = differential(root, cache=cache, build=False)
+    assert same.staged_calls("evaluate") == 3
+    other = differential(root, "2", cache=cache, build=False)
+    assert other.staged_calls("evaluate") == 0
+    reasons = {str(e["reason"]) for e in other.fallbacks()}
+    assert any("test_rng" in r and "not the value the build traced with" in r for r in reasons)

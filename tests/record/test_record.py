@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import PERMISSIONS
 from tests.support.differential import differential
+from tests.support.events import json_events
 
 TRAIN = """
 import sys
@@ -736,3 +737,36 @@ def test_a_recorded_function_answers_as_jit_s_own(tmp_path: Path) -> None:
     assert "PjitFunction True" in plain.stdout
     score = _file(root)["functions"]["model.score"]
     assert score["calls"] == 3 and score["description"] == {"x": "float32[B,4]"}
+
+
+def test_a_typed_prng_key_input_is_recorded_as_python_runs_it_and_left_to_jit(
+    tmp_path: Path,
+) -> None:
+    """``random.key(...)`` passed to a jitted function (jax's mnist_vae does):
+    the recording prints what python prints, the call is skipped with why,
+    and ``ppy run`` answers as python, the function left to jit."""
+    source = """
+    import jax
+    import jax.numpy as jnp
+    from jax import random
+
+
+    @jax.jit
+    def noisy(key, x):
+        return x + random.normal(key, x.shape)
+
+
+    for seed in range(2):
+        print(noisy(random.key(seed), jnp.zeros(3)).sum())
+    """
+    root = _project(tmp_path, source)
+    cache = tmp_path / "cache"
+    plain = subprocess.run([sys.executable, "model.ppy"], cwd=root, capture_output=True, text=True)
+    recorded = _ppy(root, cache, "--log-format", "json", "record", "model.ppy")
+    assert (recorded.stdout, recorded.returncode) == (plain.stdout, plain.returncode)
+    assert "Traceback" not in recorded.stderr
+    (skipped,) = json_events(recorded.stderr, "record.skipped")
+    assert "typed PRNG key" in str(skipped["reason"]), skipped
+    # Nothing staged: the quiet run says so (run.nothing_staged).
+    compared = differential(root, cache=cache, quiet_stderr=None)
+    assert compared.staged_calls("noisy") == 0

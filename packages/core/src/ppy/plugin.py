@@ -250,6 +250,12 @@ class LiveCall:
     leaves: tuple[tuple[Any, ...], ...]
     #: How many calls had this signature.
     count: int
+    #: Where calls of this signature but for sizes had other sizes: each
+    #: leaf's dims over them all, a symbol (``"B"``) where a dim took several
+    #: values, shared by dims that moved together, as the signatures file
+    #: generalises them; one ``dims`` for all those calls. None where no other
+    #: sizes were seen.
+    dims: tuple[tuple[int | str, ...], ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import contextlib
 import os
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ppy.kinds.fingerprint import DEFAULT_LIMIT
@@ -105,24 +105,42 @@ def _exported(request: LiveRequest) -> Entry:
     # holds the program's trace, and a trace that prints must be seen to.
     fn = python_function(request.function) or request.function
     read = worker._captures(fn, shared, main)
-    variants = []
+    variants: list[tuple[Any, tuple[str, ...]]] = []
     first = None
-    for call in request.calls[: JaxExport.MAX_VARIANTS]:
-        inputs = _inputs(call, main)
-        first = first or inputs
-        wide = any(spec["dtype"] in worker._WIDE for spec in inputs.specs)
-        flat = worker._Flat(fn, params, inputs)
-        with jax_config.enable_x64(True) if wide else contextlib.nullcontext():
-            variants.append(worker._variant(flat, dict(call.static), inputs, shared))
+    served = 0
+    notes: list[str] = []
+    for family in _families(request.calls):
+        room = JaxExport.MAX_VARIANTS - len(variants)
+        if room <= 0:
+            break
+        general = family[0].dims if len(family) > 1 else None
+        if general is not None:
+            inputs = _inputs(family[0], main, general)
+            first = first or inputs
+            try:
+                variants.append(_variant(fn, params, family[0], inputs, shared, recorded=True))
+                served += sum(call.count for call in family)
+                notes.append(_symbolic(general, family))
+                continue
+            except worker._Refusal as refusal:
+                if not refusal.symbolic:
+                    raise
+                notes.append(f"at the recorded sizes, {refusal.rule}: {refusal.reason}")
+        for call in family[:room]:
+            inputs = _inputs(call, main)
+            first = first or inputs
+            variants.append(_variant(fn, params, call, inputs, shared))
+            served += call.count
     traced_under = read_config(jax.config, jax_config.trace_context_names())
     assert first is not None
     contract = worker._contract(first, params, variants, read, traced_under)
     head = contract.variants[0]
-    calls = sum(call.count for call in request.calls[: len(variants)])
     seen = sum(call.count for call in request.calls)
-    served = f"{calls} of " if calls < seen else ""
+    calls = f"{served} of " if served < seen else ""
     shapes = f"{len(variants)} signature{'s' if len(variants) != 1 else ''}"
-    note = f"in the recorded run, at {shapes} ({served}{seen} call{'s' if seen != 1 else ''})"
+    note = f"in the recorded run, at {shapes} ({calls}{seen} call{'s' if seen != 1 else ''})"
+    if notes:
+        note += "; " + "; ".join(notes)
     return Entry(
         module=request.module,
         qualname=request.qualname,
@@ -136,10 +154,68 @@ def _exported(request: LiveRequest) -> Entry:
     )
 
 
-def _inputs(call: LiveCall, main: str | None) -> Any:
+def _families(calls: Sequence[LiveCall]) -> list[list[LiveCall]]:
+    """The recorded signatures by family (those that differ only in sizes,
+    ``LiveCall.dims``), the family of the most calls first."""
+    families: dict[Any, list[LiveCall]] = {}
+    for index, call in enumerate(calls):
+        key: Any = (index,) if call.dims is None else (call.dims, *_but_sizes(call))
+        families.setdefault(key, []).append(call)
+    return sorted(families.values(), key=lambda family: -sum(c.count for c in family))
+
+
+def _but_sizes(call: LiveCall) -> tuple[Any, ...]:
+    leaves = tuple(leaf[:1] + leaf[2:] if leaf[0] == "array" else leaf for leaf in call.leaves)
+    return (repr(sorted(call.static.items())), call.tree, leaves)
+
+
+def _symbolic(dims: Sequence[Sequence[int | str]], family: Sequence[LiveCall]) -> str:
+    """What a build line says of a family exported with symbols."""
+    symbols = list(dict.fromkeys(d for each in dims for d in each if isinstance(d, str)))
+    seen: dict[str, set[int]] = {symbol: set() for symbol in symbols}
+    for call in family:
+        for general, leaf in zip(dims, call.leaves, strict=True):
+            for dim, size in zip(general, leaf[1] if leaf[0] == "array" else (), strict=True):
+                if isinstance(dim, str):
+                    seen[dim].add(int(size))
+    recorded = ", ".join(f"{s}={', '.join(str(v) for v in sorted(seen[s]))}" for s in symbols)
+    return f"symbolic in {', '.join(symbols)} (recorded {recorded})"
+
+
+def _variant(
+    fn: Any,
+    params: list[Mapping[str, Any]],
+    call: LiveCall,
+    inputs: Any,
+    shared: Mapping[str, Any],
+    *,
+    recorded: bool = False,
+) -> tuple[Any, tuple[str, ...]]:
+    """One variant of the export, as the build's worker makes one: with its
+    dependence watch and, where ``inputs`` hold symbols, its refinement check
+    (a refusal ``symbolic`` where only the symbols are not faithful)."""
+    import contextlib
+
+    from jax._src import config as jax_config
+
+    from ppy_plugin_jax import worker
+
+    wide = any(spec["dtype"] in worker._WIDE for spec in inputs.specs)
+    flat = worker._Flat(fn, params, inputs)
+    with jax_config.enable_x64(True) if wide else contextlib.nullcontext():
+        result: tuple[Any, tuple[str, ...]] = worker._variant(
+            flat, dict(call.static), inputs, shared, recorded=recorded
+        )
+    return result
+
+
+def _inputs(
+    call: LiveCall, main: str | None, dims: Sequence[Sequence[int | str]] | None = None
+) -> Any:
     """The worker's ``_Inputs`` for one recorded signature: each leaf as jit
     traces it (its dtype canonicalised by the x64 setting; a Python scalar
-    weakly typed)."""
+    weakly typed), with ``dims`` in place of its sizes where given (symbols
+    of one scope)."""
     import jax
     import numpy as np
     from ppy.kinds.fingerprint import Unreadable
@@ -150,9 +226,19 @@ def _inputs(call: LiveCall, main: str | None) -> Any:
     from ppy_plugin_jax.inputs import Abstract
 
     leaves = []
-    for leaf in call.leaves:
+    scope = jax.export.SymbolicScope()
+    for index, leaf in enumerate(call.leaves):
         if leaf[0] == "array":
             _, shape, dtype, weak = leaf
+            if str(dtype).startswith("key<"):
+                raise worker._Refusal(
+                    "missing-dtype",
+                    f"a call passed a typed PRNG key array ({dtype}), which ppy does not stage",
+                )
+            general = dims[index] if dims is not None else shape
+            if any(isinstance(d, str) for d in general):
+                text = ",".join(str(d) for d in general)
+                shape = jax.export.symbolic_shape(text, scope=scope)
             kind = jax.dtypes.canonicalize_dtype(np.dtype(dtype))
         elif leaf[0] == "python" and leaf[1] in WIDE_SCALARS:
             shape, weak = (), True

@@ -219,6 +219,9 @@ class _Writer:
     def array(self, value: Any) -> None:
         import numpy as np
 
+        if _is_key(value.dtype):  # a typed PRNG key: its impl, and the bits it holds
+            self.text("key", str(value.dtype))
+            value = _key_data(value)
         size = int(getattr(value, "nbytes", 0))
         if size > self.limit:
             raise Unreadable(
@@ -250,6 +253,18 @@ def _is_array(value: Any) -> bool:
         and hasattr(value, "dtype")
         and hasattr(value, "shape")
     )
+
+
+def _is_key(dtype: Any) -> bool:
+    """Whether ``dtype`` is jax's dtype of typed PRNG keys (``key<fry>``),
+    which NumPy cannot hold: only a key made by jax has one."""
+    return type(dtype).__module__.startswith("jax") and str(dtype).startswith("key<")
+
+
+def _key_data(value: Any) -> Any:
+    import jax  # a key array exists: jax is imported already
+
+    return jax.random.key_data(value)
 
 
 def _is_treedef(value: Any) -> bool:

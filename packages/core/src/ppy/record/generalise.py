@@ -33,7 +33,7 @@ from typing import Any, Final
 from ppy.record.format import CLOSURE, parse_array
 from ppy.spec import WEAK_SCALARS
 
-__all__ = ["Described", "General", "generalise"]
+__all__ = ["Described", "General", "generalise", "symbolic_dims"]
 
 #: Symbols in the order they are handed out: the batch first, as people write it.
 _SYMBOLS: Final = ("B", "N", "M", "K", "L", "P", "Q", "R", "S", "T", "U", "V", "W")
@@ -325,3 +325,19 @@ def _symbols(arrays: Mapping[str, _Column]) -> dict[tuple[int, ...], str]:
                 index = len(symbols)
                 symbols[column] = _SYMBOLS[index] if index < len(_SYMBOLS) else f"D{index}"
     return symbols
+
+
+def symbolic_dims(shapes: Sequence[Sequence[tuple[int, ...]]]) -> list[tuple[int | str, ...]]:
+    """Each array's dims over several calls (``shapes[array][call]``, one rank
+    per array) as the file's description gives them: a dim that took one value
+    is that number, one that took several a symbol, shared by the dims whose
+    values moved together."""
+    columns: dict[str, _Column] = {str(i): ("", list(s), False) for i, s in enumerate(shapes)}
+    symbols = _symbols(columns)
+    return [
+        tuple(
+            symbols.get(column, column[0])
+            for column in (tuple(shape[axis] for shape in each) for axis in range(len(each[0])))
+        )
+        for each in shapes
+    ]

@@ -23,6 +23,7 @@ from typing import Any
 from ppy.kinds.fingerprint import closure
 from ppy.kinds.pytrees import reference
 from ppy.plugin import LiveCall
+from ppy.record.generalise import symbolic_dims
 
 __all__ = ["LiveWatch", "Traced", "module_names", "needs_live"]
 
@@ -144,13 +145,39 @@ class LiveWatch:
             return
 
     def calls(self) -> tuple[LiveCall, ...]:
-        """The signatures seen, most called first."""
+        """The signatures seen, most called first; those that differ only in
+        sizes carry their dims generalised over them all (``LiveCall.dims``)."""
         traced = tuple(n for n, _ in self.parameters if n not in self.static)
         ordered = sorted(self.counts.items(), key=lambda item: -item[1])
+        families: dict[Any, list[tuple[tuple[int, ...], ...]]] = {}
+        for key, _ in ordered:
+            families.setdefault(_family(key), []).append(_shapes(key[2]))
+        dims = {
+            family: tuple(symbolic_dims(list(zip(*shapes, strict=True))))
+            for family, shapes in families.items()
+            if len(shapes) > 1
+        }
         return tuple(
-            LiveCall(traced, dict(static), tree, leaves, count)
-            for (static, tree, leaves), count in ordered
+            LiveCall(traced, dict(key[0]), key[1], key[2], count, dims.get(_family(key)))
+            for key, count in ordered
         )
+
+
+def _family(key: Any) -> Any:
+    """A signature but for its arrays' sizes: static values, tree, and each
+    leaf's kind, rank, dtype and weak type."""
+    static, tree, leaves = key
+    return (
+        static,
+        tree,
+        tuple(
+            (leaf[0], len(leaf[1]), *leaf[2:]) if leaf[0] == "array" else leaf for leaf in leaves
+        ),
+    )
+
+
+def _shapes(leaves: tuple[tuple[Any, ...], ...]) -> tuple[tuple[int, ...], ...]:
+    return tuple(leaf[1] if leaf[0] == "array" else () for leaf in leaves)
 
 
 _TRACER: list[type] = []

@@ -397,6 +397,7 @@ def _leaf(value: Any) -> dict[str, Any] | None:
     if isinstance(shape, tuple) and dtype is not None:
         if _is_tracer(value):
             raise _Traced
+        _standard(dtype)
         return _array(value, shape, _canonical(dtype))
     return None
 
@@ -408,6 +409,25 @@ def _x64() -> bool:
 
     wide = numpy.dtype("int64")
     return bool(_canonical(wide) == wide)
+
+
+def _standard(dtype: Any) -> None:
+    """Refuse an array of one of jax's extended dtypes (a typed PRNG key from
+    ``random.key``): the file has no such dtype, and ppy stages none."""
+    import numpy
+
+    if isinstance(dtype, numpy.dtype):  # every array's but an extended one: no more to ask
+        return
+    import jax
+
+    try:
+        extended = jax.numpy.issubdtype(dtype, jax.dtypes.extended)
+    except TypeError:  # not a dtype jax knows: noted as it is, and the file refuses it
+        return
+    if extended:
+        key = jax.numpy.issubdtype(dtype, jax.dtypes.prng_key)
+        kind = "a typed PRNG key array" if key else "an array of jax's extended dtype"
+        raise Unrecordable(f"{kind} ({dtype}), which ppy does not stage")
 
 
 def _canonical(dtype: Any) -> Any:
