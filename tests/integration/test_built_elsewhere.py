@@ -25,6 +25,7 @@ from ppy.artifact.write import write_artifact
 from ppy.kinds.jax_export import JaxExport
 
 from tests.conftest import BuiltExample
+from tests.fidelity.test_refinement import PROGRAM
 from tests.support.differential import project
 from tests.support.events import json_events
 
@@ -78,44 +79,10 @@ def test_a_symbolic_export_compared_on_another_platform_is_compared_here_first(
     assert not json_events(again.stderr, "run.fallback")
 
 
-#: ``ramp``, exported with its symbolic dim, compiles to another program than
-#: jit's (tests/fidelity/test_refinement.py): its build on this platform
-#: refuses it. ``normalize`` is staged, and lends ``ramp`` its entry below.
-PROGRAM = """\
-from typing import Annotated
-
-import jax
-import jax.numpy as jnp
-import numpy as np
-
-import ppy
-
-Batch = Annotated[jax.Array, ppy.Shape("B", 64), ppy.DType("float32")]
-
-
-@jax.jit
-def ramp(x: Batch) -> jax.Array:
-    return x + jax.nn.gelu(jnp.linspace(-3, 3, 64) * 1.3)
-
-
-@jax.jit
-def normalize(x: Batch) -> jax.Array:
-    return (x - x.mean(-1, keepdims=True)) / (x.std(-1, keepdims=True) + 1e-6)
-
-
-def bits(y: jax.Array) -> int:
-    return int(np.asarray(y).view(np.uint32).sum(dtype=np.uint64))
-
-
-rng = np.random.default_rng(0)
-for rows in (3, 5):
-    x = jnp.asarray(rng.normal(size=(rows, 64)).astype(np.float32))
-    print(rows, bits(ramp(x)), bits(normalize(x)))
-"""
-
-
 def _symbolic_export_of_ramp() -> Any:
-    """What a build that could not compare ``ramp`` would have exported."""
+    """What a build that could not compare ``ramp`` would have exported: it
+    compiles to another program than jit's (tests/fidelity/test_refinement.py),
+    so a build on this platform refuses it."""
     import jax
 
     scope: dict[str, Any] = {}
@@ -134,7 +101,7 @@ def test_an_export_that_compiles_otherwise_on_the_target_is_not_served(
     assert built.returncode == 0, built.stderr
     artifact = root / ".ppy" / "artifact.ppyz"
     read = read_artifact(artifact)
-    (normalize,) = read.entries
+    normalize = next(e for e in read.entries if e.qualname == "normalize")
     contract = JaxExport.read(normalize)
     exported = _symbolic_export_of_ramp()
     variant = dataclasses.replace(
@@ -149,7 +116,7 @@ def test_an_export_that_compiles_otherwise_on_the_target_is_not_served(
         payload=lent.to_payload(),
         metadata=lent.to_metadata(),
     )
-    write_artifact(dataclasses.replace(read, entries=(ramp, normalize)), artifact)
+    write_artifact(dataclasses.replace(read, entries=(ramp, *read.entries)), artifact)
     expected = subprocess.run(
         [sys.executable, "model.ppy"], cwd=root, capture_output=True, text=True, check=True
     )
@@ -166,4 +133,8 @@ def test_an_export_that_compiles_otherwise_on_the_target_is_not_served(
         assert "XLA compiles the export to another program than the jitted" in str(
             fallback["reason"]
         )
-        assert _paths(ran.stderr) == {"ramp": {"original"}, "normalize": {"staged"}}
+        assert _paths(ran.stderr) == {
+            "ramp": {"original"},
+            "normalize": {"staged"},
+            "ramp_of_three": {"staged"},
+        }

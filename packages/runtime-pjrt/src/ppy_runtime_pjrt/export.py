@@ -110,44 +110,45 @@ class Staged:
         """What jit compiles for a call of this variant: the call bound, the
         export run on its traced leaves, and the output tree rebuilt around
         the leaves it returns."""
-
-        def serve(*args: Any, **kwargs: Any) -> Any:
-            import jax
-
-            bound = calls.bind(args, kwargs)
-            assert not isinstance(bound, Fallback), bound
-            leaves, in_tree = jax.tree_util.tree_flatten(bound.traced)
-            out_tree = self.out_tree(in_tree)  # the call's, as route found it
-            assert not isinstance(out_tree, Fallback), out_tree
-            outputs = list(self.exported.call(*leaves))
-            for index in self.variant.weak_outputs:  # as the trace typed them
-                outputs[index] = _weak(outputs[index])
-            return jax.tree_util.tree_unflatten(out_tree, outputs)
-
-        return serve
+        return self._served(calls, lambda leaves, call: list(self.exported.call(*leaves)))
 
     def reversing(self, calls: Calls, original: Callable[..., Any]) -> Callable[..., Any]:
         """What serves a call under reverse-mode differentiation: ``serving``'s
         call, with the pullback decided when it is called
         (``differentiated.reverse``): the export's VJP, or ``original``'s."""
 
-        def serve(*args: Any, **kwargs: Any) -> Any:
+        def run(leaves: list[Any], call: tuple[Any, Any, Any]) -> list[Any]:
             import jax
 
             from ppy_runtime_pjrt.differentiated import reverse
 
-            bound = calls.bind(args, kwargs)
-            assert not isinstance(bound, Fallback), bound
-            leaves, in_tree = jax.tree_util.tree_flatten(bound.traced)
-            out_tree = self.out_tree(in_tree)  # the call's, as route found it
-            assert not isinstance(out_tree, Fallback), out_tree
+            args, kwargs, in_tree = call
 
             def again(*at: Any) -> list[Any]:
                 traced = jax.tree_util.tree_unflatten(in_tree, at)
                 call_args, call_kwargs = calls.with_traced(args, kwargs, traced)
                 return jax.tree_util.tree_leaves(original(*call_args, **call_kwargs))
 
-            outputs = reverse(self.exported, again)(*leaves)
+            return reverse(self.exported, again)(*leaves)
+
+        return self._served(calls, run)
+
+    def _served(
+        self, calls: Calls, run: Callable[[list[Any], tuple[Any, Any, Any]], list[Any]]
+    ) -> Callable[..., Any]:
+        """A call bound, its traced leaves handed to ``run`` (with the call
+        and the leaves' tree), and the output tree rebuilt around what it
+        returns, weakly typed where the trace typed it so."""
+
+        def serve(*args: Any, **kwargs: Any) -> Any:
+            import jax
+
+            bound = calls.bind(args, kwargs)
+            assert not isinstance(bound, Fallback), bound
+            leaves, in_tree = jax.tree_util.tree_flatten(bound.traced)
+            out_tree = self.out_tree(in_tree)  # the call's, as route found it
+            assert not isinstance(out_tree, Fallback), out_tree
+            outputs = run(leaves, (args, kwargs, in_tree))
             for index in self.variant.weak_outputs:  # as the trace typed them
                 outputs[index] = _weak(outputs[index])
             return jax.tree_util.tree_unflatten(out_tree, outputs)
