@@ -110,8 +110,10 @@ def _structlog() -> Any:
         structlog.configure(
             processors=processors,
             wrapper_class=structlog.make_filtering_bound_logger(_settings["level"]),
-            # It needs only write and flush of a TextIO.
-            logger_factory=structlog.PrintLoggerFactory(cast("TextIO", _Stderr())),
+            # It needs only write and flush of a TextIO. It writes each line
+            # and its newline in one write: stderr redirected is write-through,
+            # and a warm run's child writes to the same file as its client.
+            logger_factory=structlog.WriteLoggerFactory(cast("TextIO", _Stderr())),
             cache_logger_on_first_use=False,
         )
         _logger = structlog.get_logger("ppy")
@@ -209,7 +211,10 @@ def _write(method: str, event: str, fields: dict[str, Any]) -> None:
         return
     line = _plain(method, event, fields) if _logger is None else None
     if line is not None:
-        print(line, file=sys.stderr, flush=True)
+        # One write, the newline in it: stderr redirected is write-through, and
+        # a warm run's client and child write to the same file at once.
+        sys.stderr.write(f"{line}\n")
+        sys.stderr.flush()
     else:
         getattr(_structlog(), method)(event, **fields)
 
