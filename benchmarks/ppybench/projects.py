@@ -442,13 +442,18 @@ def optax_unannotated(root: Path) -> Path:
     )
     pyproject = JAX_PYPROJECT + '\n[tool.ppy.run]\npreload = ["optax"]\n'
     project = _project(root, "optax-unannotated", {"model.ppy": text}, pyproject)
+    return _recorded(project, root.parent / "record-cache")
+
+
+def _recorded(project: Path, cache: Path) -> Path:
+    """``project`` after one ``ppy record model.ppy`` (with its own cache)."""
     recorded = subprocess.run(
         [*ppy_command(), "record", "model.ppy"],
         cwd=project,
         capture_output=True,
         text=True,
         check=False,
-        env={**os.environ, "PPY_CACHE_DIR": str(root.parent / "record-cache")},
+        env={**os.environ, "PPY_CACHE_DIR": str(cache)},
     )
     if recorded.returncode != 0:
         raise SystemExit(f"ppy record failed in {project}:\n{recorded.stderr}")
@@ -486,17 +491,7 @@ def main_block(root: Path) -> Path:
             raise SystemExit(f"examples/85_main_block/model.ppy no longer holds {written!r}")
         text = text.replace(written, timed)
     project = _project(root, "main-block", {"model.ppy": text})
-    recorded = subprocess.run(
-        [*ppy_command(), "record", "model.ppy"],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "PPY_CACHE_DIR": str(root.parent / "main-block-record-cache")},
-    )
-    if recorded.returncode != 0:
-        raise SystemExit(f"ppy record failed in {project}:\n{recorded.stderr}")
-    return project
+    return _recorded(project, root.parent / "main-block-record-cache")
 
 
 def sharded_example(root: Path) -> Path:
