@@ -138,3 +138,32 @@ def test_an_object_of_plain_settings_is_read_by_its_values() -> None:
     for unreadable in (Computed(), Holding()):
         with pytest.raises(Unreadable):
             fingerprint(unreadable)
+
+
+@pytest.mark.models  # absl comes with optax
+def test_absl_flags_are_compared_by_their_parsed_values() -> None:
+    """jax's dp-sgd example reads ``FLAGS.l2_norm_clip`` and ``_BATCH_SIZE.value``
+    in its jitted update: the same values print the same, another value or
+    flags not parsed yet do not."""
+    from absl import flags
+
+    def defined() -> tuple[flags.FlagValues, flags.FlagHolder[float]]:
+        values = flags.FlagValues()
+        holder = flags.DEFINE_float("clip", 1.5, "clip norm", flag_values=values)
+        flags.DEFINE_integer("batch", 32, "batch size", flag_values=values)
+        return values, holder
+
+    one, clip = defined()
+    with pytest.raises(Unreadable, match="cannot be read yet"):
+        fingerprint(clip)
+    one(["program"])
+    two, _ = defined()
+    two(["program"])
+    assert fingerprint(one) == fingerprint(two)
+    three, other_clip = defined()
+    three(["program", "--batch=64"])
+    assert fingerprint(one) != fingerprint(three)
+    assert fingerprint(clip) == fingerprint(other_clip)  # the holder's own flag is the same
+    four, changed = defined()
+    four(["program", "--clip=2.5"])
+    assert fingerprint(clip) != fingerprint(changed)

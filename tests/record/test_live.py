@@ -11,7 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tests.conftest import PERMISSIONS
+from tests.conftest import PERMISSIONS, models
 from tests.support.differential import differential
 from tests.support.events import json_events
 
@@ -302,3 +302,45 @@ def test_a_prng_key_the_trace_reads_is_compared_by_its_key_data(tmp_path: Path) 
     assert other.staged_calls("evaluate") == 0
     reasons = {str(e["reason"]) for e in other.fallbacks()}
     assert any("test_rng" in r and "not the value the build traced with" in r for r in reasons)
+
+
+#: absl flags read inside the jitted step, as jax's dp-sgd example reads its
+#: clipping norm and batch size; app.run parses the command line first.
+ABSL_FLAGS = """
+import jax.numpy as jnp
+from absl import app, flags
+from jax import jit
+
+_SCALE = flags.DEFINE_float("scale", 2.0, "how much to scale by")
+flags.DEFINE_integer("shift", 1, "what to add")
+FLAGS = flags.FLAGS
+
+
+def main(_):
+    @jit
+    def step(x):
+        return x * _SCALE.value + FLAGS.shift
+
+    for _ in range(3):
+        print(step(jnp.arange(3.0)))
+
+
+if __name__ == "__main__":
+    app.run(main)
+"""
+
+
+@models  # absl comes with optax
+def test_absl_flags_the_trace_reads_are_compared_by_their_parsed_values(tmp_path: Path) -> None:
+    # On the CPU: absl's logging would print jax's search for a TPU, timed.
+    cpu = {"JAX_PLATFORMS": "cpu"}
+    root, cache = _recorded(tmp_path, ABSL_FLAGS, **cpu)
+    assert _ppy(root, cache, "build").returncode == 0
+    same = differential(root, cache=cache, build=False, env=cpu)
+    assert same.staged_calls("main.<locals>.step") == 3
+    for changed in ("--scale=3", "--shift=5"):
+        other = differential(root, changed, cache=cache, build=False, env=cpu)
+        assert other.staged_calls("main.<locals>.step") == 0
+        # FLAGS holds every flag's value: it is the first global found changed.
+        reasons = {str(e["reason"]) for e in other.fallbacks()}
+        assert any("FLAGS is not the value the build traced with" in r for r in reasons), reasons

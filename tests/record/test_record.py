@@ -739,12 +739,12 @@ def test_a_recorded_function_answers_as_jit_s_own(tmp_path: Path) -> None:
     assert score["calls"] == 3 and score["description"] == {"x": "float32[B,4]"}
 
 
-def test_a_typed_prng_key_input_is_recorded_as_python_runs_it_and_left_to_jit(
-    tmp_path: Path,
-) -> None:
-    """``random.key(...)`` passed to a jitted function (jax's mnist_vae does):
-    the recording prints what python prints, the call is skipped with why,
-    and ``ppy run`` answers as python, the function left to jit."""
+def test_typed_prng_key_inputs_and_outputs_are_recorded_and_staged(tmp_path: Path) -> None:
+    """``random.key(...)`` passed to a jitted function and returned by it (jax's
+    mnist_vae does): one key at two sizes of the array beside it, a batch of
+    keys, a key of another implementation. The recording prints what python
+    prints, and every call is served staged with python's output, keys
+    included (their key data printed)."""
     source = """
     import jax
     import jax.numpy as jnp
@@ -753,11 +753,27 @@ def test_a_typed_prng_key_input_is_recorded_as_python_runs_it_and_left_to_jit(
 
     @jax.jit
     def noisy(key, x):
-        return x + random.normal(key, x.shape)
+        key, sub = random.split(key)
+        return key, x + random.normal(sub, x.shape)
 
 
-    for seed in range(2):
-        print(noisy(random.key(seed), jnp.zeros(3)).sum())
+    @jax.jit
+    def per_row(keys, x):
+        return jax.vmap(lambda k, row: row + random.uniform(k, row.shape))(keys, x)
+
+
+    @jax.jit
+    def bits(key):
+        return random.split(key)[0], random.bits(key, (2,))
+
+
+    key = random.key(0)
+    for n in (3, 5):
+        key, y = noisy(key, jnp.zeros(n))
+        print(y.sum(), random.key_data(key), key.dtype)
+    print(per_row(random.split(key, 4), jnp.ones((4, 2))))
+    other, y = bits(random.key(1, impl="rbg"))
+    print(y, random.key_data(other), other.dtype)
     """
     root = _project(tmp_path, source)
     cache = tmp_path / "cache"
@@ -765,8 +781,8 @@ def test_a_typed_prng_key_input_is_recorded_as_python_runs_it_and_left_to_jit(
     recorded = _ppy(root, cache, "--log-format", "json", "record", "model.ppy")
     assert (recorded.stdout, recorded.returncode) == (plain.stdout, plain.returncode)
     assert "Traceback" not in recorded.stderr
-    (skipped,) = json_events(recorded.stderr, "record.skipped")
-    assert "typed PRNG key" in str(skipped["reason"]), skipped
-    # Nothing staged: the quiet run says so (run.nothing_staged).
+    assert not json_events(recorded.stderr, "record.skipped")
     compared = differential(root, cache=cache, quiet_stderr=None)
-    assert compared.staged_calls("noisy") == 0
+    assert compared.staged_calls("noisy") == 2
+    assert compared.staged_calls("per_row") == 1
+    assert compared.staged_calls("bits") == 1

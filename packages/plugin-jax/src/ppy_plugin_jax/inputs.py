@@ -33,6 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ppy.kinds.keys import jax_dtype
 from ppy.plugin import Axis, ClassInfo, Parameter
 
 __all__ = ["Abstract", "Undescribed", "abstract", "describe"]
@@ -248,7 +249,6 @@ class _Builder:
 
     def array(self, array: dict[str, Any]) -> Any:
         import jax
-        import jax.numpy as jnp
         from jax import export
 
         dims = array["dims"]
@@ -258,7 +258,7 @@ class _Builder:
         # jax leaves ShapeDtypeStruct's constructor unannotated (here and in ``like``).
         weak = bool(array.get("weak", False))  # a Python scalar, as jit traces one
         try:
-            dtype = jnp.dtype(array["dtype"])
+            dtype = jax_dtype(array["dtype"])
         except TypeError:  # a recording made with another jax, say
             raise Undescribed(
                 "invalid-spec", f"{array['dtype']!r} is not a dtype this jax has"

@@ -219,6 +219,7 @@ def _inputs(
     import jax
     import numpy as np
     from ppy.kinds.fingerprint import Unreadable
+    from ppy.kinds.keys import KEY_DTYPES, jax_dtype
     from ppy.kinds.pytrees import structure
     from ppy.plugin import WIDE_SCALARS
 
@@ -230,16 +231,15 @@ def _inputs(
     for index, leaf in enumerate(call.leaves):
         if leaf[0] == "array":
             _, shape, dtype, weak = leaf
-            if str(dtype).startswith("key<"):
-                raise worker._Refusal(
-                    "missing-dtype",
-                    f"a call passed a typed PRNG key array ({dtype}), which ppy does not stage",
-                )
             general = dims[index] if dims is not None else shape
             if any(isinstance(d, str) for d in general):
                 text = ",".join(str(d) for d in general)
                 shape = jax.export.symbolic_shape(text, scope=scope)
-            kind = jax.dtypes.canonicalize_dtype(np.dtype(dtype))
+            kind = (
+                jax_dtype(dtype)
+                if dtype in KEY_DTYPES
+                else jax.dtypes.canonicalize_dtype(np.dtype(dtype))
+            )
         elif leaf[0] == "python" and leaf[1] in WIDE_SCALARS:
             shape, weak = (), True
             kind = jax.dtypes.canonicalize_dtype(np.dtype(WIDE_SCALARS[leaf[1]]))

@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final, cast
 
+from ppy.kinds.keys import KEY_DTYPES, is_key
+
 __all__ = ["SIZES", "sample", "specialized", "symbols"]
 
 #: The sizes each symbolic dim is checked at: the smallest, a few small ones
@@ -30,9 +32,16 @@ SIZES: Final = (1, 2, 3, 7)
 
 
 def sample(rng: Any, shape: tuple[int, ...], dtype: Any) -> Any:
-    """Draws of ``dtype`` in ``shape``: normal for floats, small ints, coin flips."""
+    """Draws of ``dtype`` in ``shape``: normal for floats, small ints, coin
+    flips, typed PRNG keys of random key data."""
     import numpy as np
 
+    if is_key(dtype):
+        import jax
+
+        words = jax.eval_shape(jax.random.key_data, jax.ShapeDtypeStruct(shape, dtype)).shape  # type: ignore[no-untyped-call]
+        data = rng.integers(0, 2**32, size=words, dtype=np.uint32)
+        return jax.random.wrap_key_data(data, impl=KEY_DTYPES[str(dtype)])
     kind = np.dtype(dtype).kind
     if kind == "b":
         return rng.random(shape) < 0.5
@@ -62,6 +71,10 @@ def _differs(want: Any, got: Any) -> str | None:
     if cast(Any, want_tree) != got_tree:  # jax's stubs give PyTreeDef no __ne__
         return f"the export returns {got_tree}, the jitted function {want_tree}"
     for index, (a, b) in enumerate(zip(wanted, gotten, strict=True)):
+        if is_key(getattr(a, "dtype", None)) and is_key(getattr(b, "dtype", None)):
+            if a.dtype != b.dtype:
+                return f"output {index} is a {b.dtype} key from the export, {a.dtype} from jit"
+            a, b = jax.random.key_data(a), jax.random.key_data(b)
         a, b = np.asarray(a), np.asarray(b)
         if (a.shape, a.dtype) != (b.shape, b.dtype):
             return (

@@ -28,6 +28,7 @@ from ppy.kinds.base import KindError
 from ppy.kinds.fingerprint import Unreadable, python_function
 from ppy.kinds.jax_compat import outside_window
 from ppy.kinds.jax_export import JaxExport, Variant
+from ppy.kinds.keys import is_key, jax_dtype, key_array_type
 from ppy.kinds.pytrees import Unrebuildable, rebuild, structure
 from ppy.runtime import Entry, ManagedRuntime, NotBound, RunContext
 
@@ -583,8 +584,9 @@ def _shape_of(leaf: Any, *, mesh: Any = None) -> Any:
                 weak_type=bool(getattr(leaf, "weak_type", False)),
             )
         weak = bool(getattr(leaf, "weak_type", False))  # as jit types it
-        # Host data as jit converts it: float64 is float32 where x64 is off.
-        dtype = jax.dtypes.canonicalize_dtype(leaf.dtype)
+        # Host data as jit converts it: float64 is float32 where x64 is off
+        # (a key array's dtype is jax's own, as it is).
+        dtype = leaf.dtype if is_key(leaf.dtype) else jax.dtypes.canonicalize_dtype(leaf.dtype)
         if isinstance(sharding, NamedSharding):
             return jax.ShapeDtypeStruct(leaf.shape, dtype, sharding=sharding, weak_type=weak)  # type: ignore[no-untyped-call]
         return jax.ShapeDtypeStruct(leaf.shape, dtype, weak_type=weak)  # type: ignore[no-untyped-call]
@@ -789,18 +791,19 @@ class ExportRuntime:
         _check_description(variant, exported)
         mesh = contract.mesh
         host = (numpy.ndarray, *_numpy_scalars())
+        keys = key_array_type()
         try:
             guard = Guard(
                 variant.inputs,
-                [jax.numpy.dtype(spec.dtype) for spec in variant.inputs],
-                array_types=(ArrayImpl, *host),
+                [jax_dtype(spec.dtype) for spec in variant.inputs],
+                array_types=(ArrayImpl, *host, *((keys,) if keys is not None else ())),
                 tracer_type=jax.core.Tracer,
                 sharded=mesh is not None,
                 constraints=contract.constraints,
                 host_types=host,
                 canonical=jax.dtypes.canonicalize_dtype,
             )
-        except ValueError as error:
+        except (TypeError, ValueError) as error:
             raise NotBound(f"the input description does not read: {error}; rebuild") from error
         if mesh is not None and exported.nr_devices != mesh.devices:
             raise NotBound(

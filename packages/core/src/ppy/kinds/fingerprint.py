@@ -38,12 +38,15 @@ import types
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from ppy.kinds.keys import is_key
+
 __all__ = [
     "BOUND",
     "CLOSURE",
     "DEFAULTS",
     "DEFAULT_LIMIT",
     "Unreadable",
+    "absl_flags",
     "defaults",
     "fingerprint",
     "bound_values",
@@ -168,6 +171,12 @@ class _Writer:
                 self.write(getattr(value, field.name), depth + 1)
         elif _is_treedef(value):  # jax's PyTreeDef: flax.nnx's GraphDef is one
             self.treedef(value, depth)
+        elif _absl(value, "FlagHolder"):  # absl.flags: one flag, as the program parsed it
+            self.text("flag", str(value.name))
+            self.write(_flag_value(value), depth + 1)
+        elif _absl(value, "FlagValues"):  # absl's FLAGS: every flag's value
+            self.text("flags")
+            self.mapping(dict(sorted(_flag_value(value).items())), depth)
         elif _record(value):  # a sentinel (equinox's MISSING), settings (jaxtyping's config)
             self.text("instance", self.name(kind))
             for name, item in sorted(vars(value).items()):
@@ -219,7 +228,7 @@ class _Writer:
     def array(self, value: Any) -> None:
         import numpy as np
 
-        if _is_key(value.dtype):  # a typed PRNG key: its impl, and the bits it holds
+        if is_key(value.dtype):  # a typed PRNG key: its impl, and the bits it holds
             self.text("key", str(value.dtype))
             value = _key_data(value)
         size = int(getattr(value, "nbytes", 0))
@@ -255,12 +264,6 @@ def _is_array(value: Any) -> bool:
     )
 
 
-def _is_key(dtype: Any) -> bool:
-    """Whether ``dtype`` is jax's dtype of typed PRNG keys (``key<fry>``),
-    which NumPy cannot hold: only a key made by jax has one."""
-    return type(dtype).__module__.startswith("jax") and str(dtype).startswith("key<")
-
-
 def _key_data(value: Any) -> Any:
     import jax  # a key array exists: jax is imported already
 
@@ -270,6 +273,29 @@ def _key_data(value: Any) -> Any:
 def _is_treedef(value: Any) -> bool:
     kind = type(value)
     return kind.__name__ == "PyTreeDef" and kind.__module__.startswith("jax")
+
+
+def _absl(value: Any, name: str) -> bool:
+    """Whether ``value`` is an instance of absl's ``flags`` class ``name``
+    (absl imported by the program: ppy never imports it)."""
+    kind = type(value)
+    return kind.__name__ == name and kind.__module__.startswith("absl.flags")
+
+
+def absl_flags(value: Any) -> bool:
+    """Whether ``value`` is absl's ``FLAGS`` or a flag holder: values the
+    program parses from its command line as it runs."""
+    return _absl(value, "FlagHolder") or _absl(value, "FlagValues")
+
+
+def _flag_value(value: Any) -> Any:
+    """A flag holder's value, or all of ``FLAGS``' values, read as the trace
+    reads them: after the command line is parsed (``app.run``). Before, absl
+    refuses the read, and so does the fingerprint."""
+    try:
+        return value.value if _absl(value, "FlagHolder") else value.flag_values_dict()
+    except Exception as error:  # absl's UnparsedFlagAccessError
+        raise Unreadable(f"its absl flags cannot be read yet: {error}") from None
 
 
 def _record(value: Any) -> bool:

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ppy.annotations import DTYPE_NAMES
+from ppy.kinds.keys import KEY_DTYPES
 from ppy.snapshot import SIGNATURES, SIGNATURES_LIMIT
 
 __all__ = [
@@ -87,7 +88,7 @@ MAX_SIGNATURES: Final = 1_000
 MAX_LEAVES: Final = 10_000
 MAX_DEPTH: Final = 16
 #: What a recorded array and a function's name look like.
-ARRAY: Final = re.compile(r"[a-z][a-z0-9_]*\[(\d+(,\d+)*)?\]")
+ARRAY: Final = re.compile(r"[a-z][a-z0-9_]*(<[a-z]+>)?\[(\d+(,\d+)*)?\]")
 NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_<>][A-Za-z0-9_<>]*)*")
 #: ``module:qualname`` of a class or object a node names.
 REF: Final = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", re.ASCII)
@@ -95,24 +96,29 @@ REF: Final = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", re.ASC
 #: The dtypes a recorded array may have: those ``ppy.DType`` names, and the
 #: narrow ones jax takes besides (jax 0.10 to 0.12, from ml_dtypes). Any other
 #: name is no array a jitted call was passed, and the build could not describe it.
-DTYPES: Final = DTYPE_NAMES | frozenset(
-    {
-        "int1",
-        "int2",
-        "int4",
-        "uint1",
-        "uint2",
-        "uint4",
-        "float4_e2m1fn",
-        "float6_e2m3fn",
-        "float6_e3m2fn",
-        "float8_e3m4",
-        "float8_e4m3",
-        "float8_e4m3b11fnuz",
-        "float8_e4m3fnuz",
-        "float8_e5m2fnuz",
-        "float8_e8m0fnu",
-    }
+#: Typed PRNG keys (``key<fry>``) are among them: ``ppy.kinds.keys``.
+DTYPES: Final = (
+    DTYPE_NAMES
+    | frozenset(KEY_DTYPES)
+    | frozenset(
+        {
+            "int1",
+            "int2",
+            "int4",
+            "uint1",
+            "uint2",
+            "uint4",
+            "float4_e2m1fn",
+            "float6_e2m3fn",
+            "float6_e3m2fn",
+            "float8_e3m4",
+            "float8_e4m3",
+            "float8_e4m3b11fnuz",
+            "float8_e4m3fnuz",
+            "float8_e5m2fnuz",
+            "float8_e8m0fnu",
+        }
+    )
 )
 
 #: The largest dim an array has: XLA's are 64-bit signed integers.

@@ -20,7 +20,7 @@ import types
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ppy.kinds.fingerprint import closure
+from ppy.kinds.fingerprint import absl_flags, closure
 from ppy.kinds.pytrees import reference
 from ppy.plugin import LiveCall
 from ppy.record.generalise import symbolic_dims
@@ -102,6 +102,8 @@ def needs_live(fn: types.FunctionType, names: frozenset[str], main: str) -> str 
         # Not yet set where the function is made: the main guard sets it later.
         if name not in names and not hasattr(builtins, name):
             return f"it reads {name}, which the program sets as it runs"
+        if absl_flags(fn.__globals__.get(name)):  # the build's would be unparsed
+            return f"it reads {name}, absl flags the program parses as it runs"
     return None
 
 

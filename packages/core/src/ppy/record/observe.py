@@ -26,6 +26,7 @@ from typing import Any
 
 from ppy.discovery.records import FunctionInfo, ModuleInfo
 from ppy.kinds.fingerprint import closure
+from ppy.kinds.keys import KEY_DTYPES, is_key
 from ppy.kinds.pytrees import class_name, reference
 from ppy.record.format import CLOSURE, FunctionCalls, Signatures
 from ppy.record.live import LiveWatch, Traced, module_names, needs_live
@@ -397,6 +398,8 @@ def _leaf(value: Any) -> dict[str, Any] | None:
     if isinstance(shape, tuple) and dtype is not None:
         if _is_tracer(value):
             raise _Traced
+        if str(dtype) in KEY_DTYPES and is_key(dtype):  # a key array: as jit traces it
+            return _array(value, shape, dtype)
         _standard(dtype)
         return _array(value, shape, _canonical(dtype))
     return None
@@ -412,8 +415,8 @@ def _x64() -> bool:
 
 
 def _standard(dtype: Any) -> None:
-    """Refuse an array of one of jax's extended dtypes (a typed PRNG key from
-    ``random.key``): the file has no such dtype, and ppy stages none."""
+    """Refuse an array of one of jax's extended dtypes other than the keys
+    of ``KEY_DTYPES``: the file has no such dtype, and ppy stages none."""
     import numpy
 
     if isinstance(dtype, numpy.dtype):  # every array's but an extended one: no more to ask
@@ -426,7 +429,11 @@ def _standard(dtype: Any) -> None:
         return
     if extended:
         key = jax.numpy.issubdtype(dtype, jax.dtypes.prng_key)
-        kind = "a typed PRNG key array" if key else "an array of jax's extended dtype"
+        kind = (
+            "a typed PRNG key array of its own implementation"
+            if key
+            else "an array of jax's extended dtype"
+        )
         raise Unrecordable(f"{kind} ({dtype}), which ppy does not stage")
 
 
