@@ -1,6 +1,7 @@
-"""A function the program differentiates, staged with its VJP: jax.grad and
-jax.value_and_grad of it print python's bits, served by the export; every
-other transform takes the original path."""
+"""A function the program differentiates, staged with its VJP: jax.grad,
+jax.value_and_grad and jax.vjp of it print python's bits, served by the
+export; jax.jacrev's batched pullback and every other transform take the
+original path."""
 
 from __future__ import annotations
 
@@ -49,6 +50,9 @@ batched = jax.vmap(jax.grad(loss), in_axes=(0, None, None))
 print("vmap of grad", bits(batched(jnp.stack([w, w]), x, y)))
 print("loss", bits(loss(w, x, y)))
 print("jacrev", bits(jacobian(loss, w, x, y)))
+out, pullback = jax.vjp(loss, w, x, y)
+print("vjp", bits(out), bits(pullback(jnp.float32(1.0))[0]))
+print("jacrev here", bits(jax.jacrev(loss)(w, x, y)))
 """
 
 #: A helper module the build does not read: its jax.jvp and jax.jacrev reach
@@ -70,9 +74,10 @@ def test_grad_of_a_staged_function_is_served_by_its_vjp(tmp_path: Path) -> None:
     root = project(tmp_path / "p", {"model.ppy": PROGRAM, "derivs.py": DERIVS})
     compared = differential(root, cache=tmp_path / "c")
     assert compared.bound() == {"loss"}
-    # 3 jax.grad, 3 jax.value_and_grad, 1 plain call: no trace of loss's body;
-    # and jax.jacrev's forward call, whose batched pullback is the original's.
-    assert compared.staged_calls("loss") == 8
+    # 3 jax.grad, 3 jax.value_and_grad, 1 plain call, jax.vjp's forward call
+    # and its pullback on a concrete cotangent: no trace of loss's body; and
+    # the two jax.jacrev forward calls, whose batched pullback is the original's.
+    assert compared.staged_calls("loss") == 10
     originals = [e for e in compared.named("run.call") if e.get("path") == "original"]
     assert len(originals) == 3  # jax.jvp, grad under jax.jit, grad under jax.vmap
     reasons = {e["reason"] for e in compared.fallbacks()}

@@ -225,9 +225,6 @@ def test_functions_that_cannot_be_exported_say_why(
     assert "stays" in _line(result, "kinds", "no_dtype") and "ppy.DType" in _line(
         result, "kinds", "no_dtype"
     )
-    line = _line(result, "kinds", "inner")
-    assert "stays" in line and "differentiated" in line and "lambda" in line
-    assert "differentiated by jax.jacrev" in line and "batched" in line
     assert "static" in _line(result, "kinds", "static") and "stays" in _line(
         result, "kinds", "static"
     )
@@ -238,6 +235,9 @@ def test_a_function_jax_grad_differentiates_is_exported_with_its_vjp(
 ) -> None:
     root, result = built
     assert "exported" in _line(result, "kinds", "loss")
+    # jax.jacrev reaches inner through a lambda: its forward call is the
+    # export's, its batched pullback the original's (tests/fidelity/test_gradients.py).
+    assert " exported " in _line(result, "kinds", "inner")
     artifact = read_artifact(root / ".ppy" / "artifact.ppyz")
 
     def carries_vjp(name: str) -> bool:
@@ -277,10 +277,10 @@ def test_a_second_build_reuses_entries_without_a_worker(
     assert "build.reuse" in events and "build.stage" not in events
     exported = [ln for ln in first.stdout.splitlines() if " exported " in ln]
     reused = [ln for ln in second.stdout.splitlines() if " reused " in ln]
-    assert len(reused) == len(exported) == 9
+    assert len(reused) == len(exported) == 10
     (root / "model.ppy").write_text(KINDS + "\n# changed\n")
     third = ppy("build", str(root))
-    assert sum(" exported " in ln for ln in third.stdout.splitlines()) == 9
+    assert sum(" exported " in ln for ln in third.stdout.splitlines()) == 10
 
 
 def test_build_keep_going_exits_0_and_static_args_keep_the_build_green(

@@ -141,15 +141,26 @@ class JaxExportPlugin:
         permission="allow-build-export",
         array_specs=True,
         differentiation=(
-            "its export carries a VJP that serves jax.grad and jax.value_and_grad, but a "
-            "pullback jax.vjp returns may be batched (jax.jacrev batches it), which the "
-            "export's VJP has no rule for"
+            "its export carries a VJP, which serves reverse mode only (jax.grad, "
+            "jax.value_and_grad, jax.vjp, jax.jacrev)"
         ),
-        # Forward modes, linearize and grad under them take the original
-        # path at run time (ppy_runtime_pjrt.differentiated).
+        # Every transform of ppy.discovery.differentiation: reverse mode is
+        # served by the export's VJP where the pullback gets concrete
+        # cotangents, and by the original's VJP where it is batched (jacrev)
+        # or traced; forward modes, linearize and grad under them take the
+        # original path at run time (ppy_runtime_pjrt.differentiated).
         differentiable=frozenset(
             f"jax.{name}"
-            for name in ("grad", "value_and_grad", "jvp", "jacfwd", "hessian", "linearize")
+            for name in (
+                "grad",
+                "value_and_grad",
+                "vjp",
+                "jacrev",
+                "jvp",
+                "jacfwd",
+                "hessian",
+                "linearize",
+            )
         ),
     )
 
