@@ -279,6 +279,9 @@ class LiveRequest:
     #: The calls seen, most called first.
     calls: tuple[LiveCall, ...]
     program: bool = True
+    #: The run differentiated it in reverse mode (a call under ``jax.grad``
+    #: or ``jax.vjp``): its export should carry a VJP.
+    differentiated: bool = False
 
 
 @runtime_checkable

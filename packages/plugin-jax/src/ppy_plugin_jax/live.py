@@ -105,6 +105,7 @@ def _exported(request: LiveRequest) -> Entry:
     # holds the program's trace, and a trace that prints must be seen to.
     fn = python_function(request.function) or request.function
     read = worker._captures(fn, shared, main)
+    vjp = request.differentiated
     variants: list[tuple[Any, tuple[str, ...]]] = []
     first = None
     served = 0
@@ -118,7 +119,9 @@ def _exported(request: LiveRequest) -> Entry:
             inputs = _inputs(family[0], main, general)
             first = first or inputs
             try:
-                variants.append(_variant(fn, params, family[0], inputs, shared, recorded=True))
+                variants.append(
+                    _variant(fn, params, family[0], inputs, shared, recorded=True, vjp=vjp)
+                )
                 served += sum(call.count for call in family)
                 notes.append(_symbolic(general, family))
                 continue
@@ -129,7 +132,7 @@ def _exported(request: LiveRequest) -> Entry:
         for call in family[:room]:
             inputs = _inputs(call, main)
             first = first or inputs
-            variants.append(_variant(fn, params, call, inputs, shared))
+            variants.append(_variant(fn, params, call, inputs, shared, vjp=vjp))
             served += call.count
     traced_under = read_config(jax.config, jax_config.trace_context_names())
     assert first is not None
@@ -190,10 +193,12 @@ def _variant(
     shared: Mapping[str, Any],
     *,
     recorded: bool = False,
+    vjp: bool = False,
 ) -> tuple[Any, tuple[str, ...]]:
     """One variant of the export, as the build's worker makes one: with its
     dependence watch and, where ``inputs`` hold symbols, its refinement check
-    (a refusal ``symbolic`` where only the symbols are not faithful)."""
+    (a refusal ``symbolic`` where only the symbols are not faithful); with
+    its VJP where ``vjp`` (the program differentiated it)."""
     import contextlib
 
     from jax._src import config as jax_config
@@ -204,7 +209,7 @@ def _variant(
     flat = worker._Flat(fn, params, inputs)
     with jax_config.enable_x64(True) if wide else contextlib.nullcontext():
         result: tuple[Any, tuple[str, ...]] = worker._variant(
-            flat, dict(call.static), inputs, shared, recorded=recorded
+            flat, dict(call.static), inputs, shared, recorded=recorded, vjp=vjp
         )
     return result
 

@@ -26,33 +26,10 @@ jitted function at the same point), which is what python computes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["primals", "reverse"]
-
-
-def primals(leaves: Sequence[Any], tracer_type: type) -> list[Any] | None:
-    """The concrete arrays a reverse-mode differentiation evaluates ``leaves``
-    at, where every tracer among them is one of a single such trace; None
-    where any tracer is anything else, or none is a tracer."""
-    found: list[Any] = []
-    trace: Any = None
-    for leaf in leaves:
-        if not isinstance(leaf, tracer_type):
-            found.append(leaf)
-            continue
-        if type(leaf).__name__ != "LinearizeTracer":
-            return None
-        own = getattr(leaf, "_trace", None)
-        if getattr(own, "is_vjp", None) is not True or (trace is not None and own is not trace):
-            return None
-        trace = own
-        primal = getattr(leaf, "primal", None)
-        if primal is None or isinstance(primal, tracer_type):
-            return None
-        found.append(primal)
-    return found if trace is not None else None
+__all__ = ["reverse"]
 
 
 def reverse(exported: Any, original: Callable[..., list[Any]]) -> Callable[..., list[Any]]:

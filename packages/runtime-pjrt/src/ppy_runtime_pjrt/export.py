@@ -30,12 +30,12 @@ from ppy.kinds.jax_compat import outside_window
 from ppy.kinds.jax_export import JaxExport, Variant
 from ppy.kinds.keys import is_key, jax_dtype, key_array_type
 from ppy.kinds.pytrees import Unrebuildable, rebuild, structure
+from ppy.kinds.tracers import primals
 from ppy.runtime import Entry, ManagedRuntime, NotBound, RunContext
 
 from ppy_runtime_pjrt import unstaged
 from ppy_runtime_pjrt.calls import Bound, Calls
 from ppy_runtime_pjrt.conditions import Conditions
-from ppy_runtime_pjrt.differentiated import primals
 from ppy_runtime_pjrt.guard import Fallback, Guard, Signature, type_name
 from ppy_runtime_pjrt.placement import Placed, Placement, committed
 

@@ -179,6 +179,7 @@ def _export_live(recorder: Recorder, config: Config) -> list[Entry] | None:
             parameters=watch.parameters,
             calls=calls,
             program=module == recorder.main,
+            differentiated=watch.differentiated,
         )
         try:
             result = exporter.export_live(request)

@@ -110,7 +110,7 @@ def needs_live(fn: types.FunctionType, names: frozenset[str], main: str) -> str 
 class LiveWatch:
     """Each abstract signature one function was called with, and how often."""
 
-    __slots__ = ("counts", "function", "parameters", "static", "why")
+    __slots__ = ("counts", "differentiated", "function", "parameters", "static", "why")
 
     def __init__(
         self, parameters: tuple[tuple[str, str], ...], static: frozenset[str], why: str
@@ -122,6 +122,8 @@ class LiveWatch:
         #: The jitted function the program made last.
         self.function: Any = None
         self.counts: dict[Any, int] = {}
+        #: A call was made under reverse-mode differentiation (``jax.grad``).
+        self.differentiated = False
 
     def note(
         self, positional: tuple[str, ...], args: tuple[Any, ...], kwargs: Mapping[str, Any]

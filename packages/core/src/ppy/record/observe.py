@@ -15,6 +15,7 @@ process; shapes and static literals are all the file holds.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import math
@@ -28,6 +29,7 @@ from ppy.discovery.records import FunctionInfo, ModuleInfo
 from ppy.kinds.fingerprint import closure
 from ppy.kinds.keys import KEY_DTYPES, is_key
 from ppy.kinds.pytrees import class_name, reference
+from ppy.kinds.tracers import primals
 from ppy.record.format import CLOSURE, FunctionCalls, Signatures
 from ppy.record.live import LiveWatch, Traced, module_names, needs_live
 from ppy.run.binding import bind_source, want_made
@@ -222,18 +224,27 @@ class _Notes:
         self.live: LiveWatch | None = None
 
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        try:
+            self._note(args, kwargs)
+        except (Traced, _Traced):
+            # Under jax.grad or jax.vjp: the arrays the call is evaluated at,
+            # which a staged export serves it at. Under any other transform,
+            # inside another function's trace: inlined there, never a call of its own.
+            concrete = _evaluated_at(args, kwargs)
+            if concrete is not None:
+                with contextlib.suppress(Traced, _Traced):
+                    self._note(*concrete)
+                    if self.live is not None:
+                        self.live.differentiated = True
+
+    def _note(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if self.live is not None:
-            try:
-                self.live.note(self.positional, args, kwargs)
-            except Traced:
-                return
+            self.live.note(self.positional, args, kwargs)
         try:
             inputs = _inputs(self.positional, self.static, self._main, args, kwargs)
             if self._made is not None:
                 inputs.update(_closure(self._made, self._main))
             self._counter[json.dumps(inputs, sort_keys=True, separators=(",", ":"))] += 1
-        except _Traced:
-            pass  # inside another function's trace: inlined there, never a call of its own
         except Unrecordable as why:
             self._skipped[(self.name, str(why))] += 1
 
@@ -257,6 +268,23 @@ def _is_tracer(value: Any) -> bool:
             from jax._src.core import Tracer
         _TRACER.append(Tracer)
     return isinstance(value, _TRACER[0])
+
+
+def _evaluated_at(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """The call with each tracer of a reverse-mode differentiation in it
+    replaced by the array it is evaluated at (``ppy.kinds.tracers``); None
+    where a tracer is of any other trace."""
+    import jax
+
+    leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
+    _is_tracer(None)  # jax's Tracer type, found once
+    found = primals(leaves, _TRACER[0])
+    if found is None:
+        return None
+    concrete: tuple[tuple[Any, ...], dict[str, Any]] = jax.tree_util.tree_unflatten(tree, found)
+    return concrete
 
 
 def _name(function: Any) -> str:
