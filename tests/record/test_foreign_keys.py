@@ -1,6 +1,7 @@
-"""Two of jax's own examples whose jitted functions take or read typed PRNG
-keys, recorded as written (``test_foreign.py`` says how the programs were
-made): the same output as python's, cold and warm, and what ppy stages."""
+"""The programs of ``foreign/`` (``test_foreign.py`` says how they are
+written) whose jitted functions take or read PRNG keys, typed
+(``random.key``) or legacy (``random.PRNGKey``): the same output as
+python's, cold and warm, and what ppy stages of them."""
 
 from __future__ import annotations
 
@@ -8,22 +9,34 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import models
 from tests.record.test_foreign import staged_calls
 
 pytestmark = pytest.mark.slow
 
 #: Per program, the calls served staged, by function.
 STAGED = {
-    # run_epoch takes a typed PRNG key (random.key), which ppy does not stage
-    # (docs/limitations.md); evaluate reads one, compared by its key data.
-    "mnist_vae": {"evaluate": 2},
-    # private_update takes a typed PRNG key, and reads absl flags;
-    # update is not called without --dpsgd=False.
-    "differentially_private_sgd": {},
+    # run_epoch takes a typed PRNG key (docs/limitations.md); evaluate reads
+    # one, compared by its key data.
+    "tiny_vae": {"evaluate": 3},
+    # private_update takes a typed PRNG key, and its trace reads absl's FLAGS
+    # (rule captures-runtime-value).
+    "private_sgd": {"main.<locals>.evaluate": 3},
+    # update takes a legacy uint32 key. negative_elbo stays: grad of its export
+    # is not jit's to the bit (rule vjp-bits); grid_mass takes a lambda as a
+    # static argument, and sample_mean a typed PRNG key.
+    "variational_fit": {"main.<locals>.update": 20},
 }
 
+#: absl, which private_sgd reads its flags with, comes with optax: the quick
+#: session, which installs no model library, has none.
+NEEDS_ABSL = {"private_sgd"}
 
-@pytest.mark.parametrize("program", sorted(STAGED))
+
+@pytest.mark.parametrize(
+    "program",
+    [pytest.param(p, marks=models) if p in NEEDS_ABSL else p for p in sorted(STAGED)],
+)
 def test_a_program_that_uses_prng_keys_is_recorded_and_run_with_the_same_output(
     tmp_path: Path, program: str
 ) -> None:

@@ -1,41 +1,50 @@
-"""MNIST as jax's examples/datasets.py gives it, without the download:
-synthetic images of the same shapes and dtypes (float32 rows of 784 pixels
-on unit scale, one-hot float32 labels), fewer of them, the same every run."""
+"""Small synthetic data sets for the programs beside this file, the same on
+every run: each is drawn from a NumPy generator seeded with a fixed number,
+so python, ``ppy record`` and ``ppy run`` all train on the same arrays."""
 
 import numpy as np
 
-#: Examples per set: not a multiple of the examples' batch sizes, as MNIST's
-#: 60000 is not, so the last batch of an epoch is smaller.
-TRAIN, TEST = 300, 100
+
+def _one_hot(labels, classes):
+    return np.eye(classes, dtype=np.float32)[labels]
 
 
-def _one_hot(x, k, dtype=np.float32):
-  """Create a one-hot encoding of x of size k."""
-  return np.array(x[:, None] == np.arange(k), dtype)
+def blobs(count, dims=8, classes=3, seed=0):
+    """Points scattered around one centre per class, with one-hot labels.
+
+    The centres come from their own seed, so a training set and a test set
+    drawn with different seeds share them."""
+    centres = np.random.RandomState(1234).normal(scale=2.0, size=(classes, dims))
+    rng = np.random.RandomState(seed)
+    labels = rng.randint(0, classes, size=count)
+    points = centres[labels] + rng.normal(size=(count, dims))
+    return points.astype(np.float32), _one_hot(labels, classes)
 
 
-def mnist_raw():
-  """Synthetic stand-ins for the four MNIST arrays, as uint8 pixels and labels."""
-  rng = np.random.RandomState(42)
-  train_images = rng.randint(0, 256, size=(TRAIN, 28, 28)).astype(np.uint8)
-  train_labels = rng.randint(0, 10, size=TRAIN).astype(np.uint8)
-  test_images = rng.randint(0, 256, size=(TEST, 28, 28)).astype(np.uint8)
-  test_labels = rng.randint(0, 10, size=TEST).astype(np.uint8)
-  return train_images, train_labels, test_images, test_labels
+def blocks(count, side=4, seed=0):
+    """Tiny black-and-white images: a 2x2 white square somewhere on a black
+    ground, a few pixels flipped, flattened to rows of ``side * side`` 0/1."""
+    rng = np.random.RandomState(seed)
+    images = np.zeros((count, side, side))
+    corners = rng.randint(0, side - 1, size=(count, 2))
+    for image, (row, col) in zip(images, corners):
+        image[row : row + 2, col : col + 2] = 1.0
+    flipped = rng.uniform(size=images.shape) < 0.05
+    images = np.where(flipped, 1.0 - images, images)
+    return images.reshape(count, side * side).astype(np.float32)
 
 
-def mnist(permute_train=False):
-  """Parse and process MNIST data to unit scale and one-hot labels."""
-  train_images, train_labels, test_images, test_labels = mnist_raw()
+def decay(count, seed=0):
+    """Noisy samples of ``2.5 * exp(-1.3 t) + 0.4`` on ``t`` in [0, 3]."""
+    rng = np.random.RandomState(seed)
+    t = np.linspace(0.0, 3.0, count)
+    y = 2.5 * np.exp(-1.3 * t) + 0.4 + rng.normal(scale=0.05, size=count)
+    return t.astype(np.float32), y.astype(np.float32)
 
-  train_images = train_images.reshape((TRAIN, -1)) / np.float32(255.)
-  test_images = test_images.reshape((TEST, -1)) / np.float32(255.)
-  train_labels = _one_hot(train_labels, 10)
-  test_labels = _one_hot(test_labels, 10)
 
-  if permute_train:
-    perm = np.random.RandomState(0).permutation(train_images.shape[0])
-    train_images = train_images[perm]
-    train_labels = train_labels[perm]
-
-  return train_images, train_labels, test_images, test_labels
+def wave(count, seed=0):
+    """Noisy samples of a sine wave at sorted points of [-3, 3]."""
+    rng = np.random.RandomState(seed)
+    x = np.sort(rng.uniform(-3.0, 3.0, size=count))
+    y = np.sin(1.5 * x) + rng.normal(scale=0.1, size=count)
+    return x.astype(np.float32), y.astype(np.float32)
