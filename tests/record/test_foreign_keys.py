@@ -16,16 +16,16 @@ pytestmark = pytest.mark.slow
 
 #: Per program, the calls served staged, by function.
 STAGED = {
-    # run_epoch takes a typed PRNG key (docs/limitations.md); evaluate reads
-    # one, compared by its key data.
-    "tiny_vae": {"evaluate": 3},
-    # private_update takes a typed PRNG key, and its trace reads absl's FLAGS
-    # (rule captures-runtime-value).
-    "private_sgd": {"main.<locals>.evaluate": 3},
-    # update takes a legacy uint32 key. negative_elbo stays: grad of its export
-    # is not jit's to the bit (rule vjp-bits); grid_mass takes a lambda as a
-    # static argument, and sample_mean a typed PRNG key.
-    "variational_fit": {"main.<locals>.update": 20},
+    # run_epoch takes a typed PRNG key; evaluate reads one, compared by its
+    # key data.
+    "tiny_vae": {"run_epoch": 3, "evaluate": 3},
+    # private_update takes a typed PRNG key, and its trace reads absl's FLAGS,
+    # compared by their parsed values.
+    "private_sgd": {"main.<locals>.private_update": 9, "main.<locals>.evaluate": 3},
+    # update takes a legacy uint32 key, sample_mean a typed one. negative_elbo
+    # stays: grad of its export is not jit's to the bit (rule vjp-bits);
+    # grid_mass takes a lambda as a static argument (docs/limitations.md).
+    "variational_fit": {"main.<locals>.update": 20, "sample_mean": 2},
 }
 
 #: absl, which private_sgd reads its flags with, comes with optax: the quick

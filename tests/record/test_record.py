@@ -838,3 +838,35 @@ def test_a_function_called_only_under_jax_grad_is_recorded_and_served_by_its_vjp
     assert {str(e["reason"]) for e in compared.fallbacks()} == {
         "w is a tracer (called inside jit, grad or vmap)"
     }
+
+
+def test_a_program_whose_file_name_is_no_identifier_is_recorded_and_run(tmp_path: Path) -> None:
+    """``forward-forward-mnist.ppy`` runs under python: its recording is read
+    back, built and staged. A name the file cannot hold (a space) is left out
+    of the recording with a line, and ``ppy run`` still answers as python."""
+    source = """
+    import jax
+    import jax.numpy as jnp
+
+
+    @jax.jit
+    def double(x):
+        return x * 2
+
+
+    for n in (2, 3):
+        print(double(jnp.ones(n)))
+    """
+    root = _project(tmp_path, source)
+    (root / "model.ppy").rename(root / "forward-forward.ppy")
+    (root / "two words.ppy").write_text(textwrap.dedent(source).lstrip())
+    cache = tmp_path / "cache"
+    assert _ppy(root, cache, "record", "forward-forward.ppy").returncode == 0
+    spaced = _ppy(root, cache, "--log-format", "json", "record", "two words.ppy")
+    assert spaced.returncode == 0, spaced.stderr
+    (skipped,) = json_events(spaced.stderr, "record.skipped")
+    assert skipped["function"] == "two words.double", skipped
+    assert set(_file(root)["functions"]) == {"forward-forward.double"}
+    compared = differential(root, cache=cache, program="forward-forward.ppy")
+    assert compared.staged_calls("double") == 2
+    differential(root, cache=cache, program="two words.ppy", build=False, quiet_stderr=None)

@@ -27,6 +27,7 @@ from ppy.layout import module_name
 from ppy.log import get_logger
 from ppy.plugin import CONTRACT, KNOWN_DECORATORS, LiveExporter, LiveRequest, Plugin
 from ppy.record.exports import write_exports
+from ppy.record.format import NAME
 from ppy.record.observe import Recorder, candidates
 from ppy.record.signatures import read_signatures, recorded, write_signatures
 from ppy.run.collector import set_aside
@@ -86,7 +87,18 @@ def _ended(
     target = recording.path
     log = get_logger()
     exported = _export_live(recorder, config)
-    found = _write(recording, earlier, recorder.signatures(), config.artifact, replace=replace)
+    signatures = recorder.signatures()
+    for name in [n for n in signatures.functions if not NAME.fullmatch(n)]:
+        # A module named by a file the file format cannot name (``my model.ppy``).
+        log.warning(
+            "record.skipped",
+            function=name,
+            calls=signatures.functions.pop(name).calls,
+            reason="its module's name is not one the signatures file holds (letters, "
+            "digits, _ and -); those calls are not in the file",
+            remedy="rename the file",
+        )
+    found = _write(recording, earlier, signatures, config.artifact, replace=replace)
     if exported is not None:
         try:
             with build_lock(config.artifact):

@@ -89,7 +89,7 @@ MAX_LEAVES: Final = 10_000
 MAX_DEPTH: Final = 16
 #: What a recorded array and a function's name look like.
 ARRAY: Final = re.compile(r"[a-z][a-z0-9_]*(<[a-z]+>)?\[(\d+(,\d+)*)?\]")
-NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_<>][A-Za-z0-9_<>]*)*")
+NAME: Final = re.compile(r"[\w-]+(\.[\w<>-]+)*")
 #: ``module:qualname`` of a class or object a node names.
 REF: Final = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", re.ASCII)
 
