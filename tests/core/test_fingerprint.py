@@ -167,3 +167,14 @@ def test_absl_flags_are_compared_by_their_parsed_values() -> None:
     four, changed = defined()
     four(["program", "--clip=2.5"])
     assert fingerprint(clip) != fingerprint(changed)
+
+
+def test_two_lambdas_of_one_function_with_one_closure_differ() -> None:
+    """Both are ``pick.<locals>.<lambda>`` and read ``k``: only their code
+    tells a kernel jit(partial(gram, kernel)) was traced with from the other."""
+
+    def pick(k: float, which: bool):
+        return (lambda x: x * k) if which else (lambda x: x + k)
+
+    assert fingerprint(pick(2.0, True)) == fingerprint(pick(2.0, True))
+    assert fingerprint(pick(2.0, True)) != fingerprint(pick(2.0, False))

@@ -9,7 +9,11 @@ from pathlib import Path
 
 from ppy.artifact.read import read_artifact
 
+from tests.conftest import PERMISSIONS
 from tests.support.differential import differential, project
+
+#: The project asks for the export's VJP (by default gradients are jit's).
+STAGED_VJP = PERMISSIONS + "staged-vjp = true\n"
 
 PROGRAM = """\
 from typing import Annotated
@@ -71,7 +75,8 @@ def jacobian(f, *args):
 
 
 def test_grad_of_a_staged_function_is_served_by_its_vjp(tmp_path: Path) -> None:
-    root = project(tmp_path / "p", {"model.ppy": PROGRAM, "derivs.py": DERIVS})
+    files = {"model.ppy": PROGRAM, "derivs.py": DERIVS}
+    root = project(tmp_path / "p", files, STAGED_VJP)
     compared = differential(root, cache=tmp_path / "c")
     assert compared.bound() == {"loss"}
     # 3 jax.grad, 3 jax.value_and_grad, 1 plain call, jax.vjp's forward call
@@ -82,6 +87,17 @@ def test_grad_of_a_staged_function_is_served_by_its_vjp(tmp_path: Path) -> None:
     assert len(originals) == 3  # jax.jvp, grad under jax.jit, grad under jax.vmap
     reasons = {e["reason"] for e in compared.fallbacks()}
     assert reasons == {"w is a tracer (called inside jit, grad or vmap)"}
+
+
+def test_by_default_a_gradient_is_jits_and_the_plain_call_is_staged(tmp_path: Path) -> None:
+    """Without ``staged-vjp`` the export carries no VJP: every gradient takes
+    jit's path, which is python's to the bit, saying so."""
+    root = project(tmp_path / "p", {"model.ppy": PROGRAM, "derivs.py": DERIVS})
+    compared = differential(root, cache=tmp_path / "c")
+    assert compared.bound() == {"loss"}
+    assert compared.staged_calls("loss") == 1  # print("loss", ...)
+    reasons = {str(e["reason"]) for e in compared.fallbacks()}
+    assert any(r.startswith("differentiated, and its export carries no VJP") for r in reasons)
 
 
 NORMALIZED = """\
@@ -118,7 +134,7 @@ def test_a_function_whose_vjp_is_not_jits_bit_for_bit_stays_or_matches(tmp_path:
     bits than jit's gradient at B=8 (149 of 512 elements): it stays, with the
     reason. Where a jax compiles the two alike it is staged, and the run's
     gradients are python's."""
-    root = project(tmp_path / "p", {"model.ppy": NORMALIZED})
+    root = project(tmp_path / "p", {"model.ppy": NORMALIZED}, STAGED_VJP)
     # Where it stays, a quiet run says that nothing was staged, and why.
     compared = differential(root, cache=tmp_path / "c", quiet_stderr=None)
     decisions = {d.qualname: d for d in read_artifact(root / ".ppy" / "artifact.ppyz").decisions}

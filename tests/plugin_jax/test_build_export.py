@@ -147,6 +147,7 @@ platforms = ["cpu", "cuda"]
 # The kinds module has a dozen functions; checking each at four sizes would
 # not fit the short timeout hangs.ppy needs (tests/fidelity checks sizes).
 verify-sizes = false
+staged-vjp = true
 """
 
 

@@ -595,39 +595,45 @@ def train(xs, scale):
     gram_ = jit(partial(gram, exp_kernel))
     if xs.shape[0] > 0:
         rows = jax.jit(jax.vmap(center))
-    scaled = jax.jit(partial(gram, lambda x, y: x * y * scale))  # reads scale: stays
+    scaled = jax.jit(partial(gram, lambda x, y: x * y * scale))  # reads scale: the run's
     return gram_(xs, xs).sum().round(3), rows(jnp.stack([xs, 2 * xs])), scaled(xs, xs).sum()
 
 
 for n in [int(a) for a in sys.argv[1:]]:
-    print(*train(jnp.arange(n, dtype=jnp.float32), 2.0))
+    print(*train(jnp.arange(n, dtype=jnp.float32), float(os.environ.get("SCALE", "2.0"))))
 """
 
 
 def test_a_jit_made_by_a_call_inside_a_function_is_recorded_and_staged(tmp_path: Path) -> None:
     # jit(partial(gram, kernel)) and jax.jit(jax.vmap(center)) inside train: made
     # each time train runs, bound where they are made, by the line that makes them.
+    # scaled's call reads train's scale: the recorded run exports it.
     root, cache, functions = _recorded(tmp_path, MADE_BY_CALLS, "3", "5")
     assert functions["model.train.<locals>.gram_"]["description"] == {
         "xs": "float32[B]",
         "ys": "float32[B]",
     }
     assert functions["model.train.<locals>.rows"]["description"] == {"x": "float32[2,B]"}
-    assert not any("scaled" in name for name in functions)
     built = _ppy(root, cache, "build")
     lines = {line.split()[1]: line for line in built.stdout.splitlines() if "model" in line}
     assert lines["train.<locals>.gram_"].split()[2] == "exported", built.stdout
     assert lines["train.<locals>.rows"].split()[2] == "exported", built.stdout
+    assert "in the recorded run" in lines["train.<locals>.scaled"], built.stdout
     compared = differential(root, "4", "7", cache=cache, build=False)
-    assert compared.bound() == {"train.<locals>.gram_", "train.<locals>.rows"}
-    assert compared.staged_calls("train.<locals>.gram_") == 2
-    assert compared.staged_calls("train.<locals>.rows") == 2
+    made = {"train.<locals>.gram_", "train.<locals>.rows", "train.<locals>.scaled"}
+    assert compared.bound() == made
+    assert all(compared.staged_calls(name) == 2 for name in made)
     assert not compared.fallbacks()
     # What the partial's function reads is compared where jit traces: another
     # kernel width than the build's takes jit's path.
     other = differential(root, "4", cache=cache, build=False, env={"WIDTH": "2.0"})
     assert {(f["function"], f["category"]) for f in other.fallbacks()} == {
         ("train.<locals>.gram_", "captured")
+    }
+    # Another scale than the recorded run's, in the lambda scaled's partial binds.
+    scaled = differential(root, "4", cache=cache, build=False, env={"SCALE": "3.0"})
+    assert {(f["function"], f["category"]) for f in scaled.fallbacks()} == {
+        ("train.<locals>.scaled", "captured")
     }
 
 
@@ -793,9 +799,9 @@ def test_a_function_called_only_under_jax_grad_is_recorded_and_served_by_its_vjp
 ) -> None:
     """A loss the program calls only through ``jax.value_and_grad`` (jax's
     examples' training loops do): the recording notes the arrays each call is
-    evaluated at, the build (or, for a jit that reads an array of ``main()``,
-    the recording) exports it with its VJP, and every gradient is served by
-    the export with python's bits. A grad under an outer jit is a
+    evaluated at, and with ``staged-vjp`` the build (or, for a jit that reads
+    an array of ``main()``, the recording) exports it with its VJP, and every
+    gradient is served by the export with python's bits. A grad under an outer jit is a
     call inside that trace: not noted, and left to jit at run time."""
     source = """
     import jax
@@ -828,6 +834,7 @@ def test_a_function_called_only_under_jax_grad_is_recorded_and_served_by_its_vjp
         main()
     """
     root = _project(tmp_path, source)
+    (root / "pyproject.toml").write_text(PERMISSIONS + "staged-vjp = true\n")
     cache = tmp_path / "cache"
     recorded = _ppy(root, cache, "record", "model.ppy")
     assert recorded.returncode == 0, recorded.stderr
@@ -841,21 +848,29 @@ def test_a_function_called_only_under_jax_grad_is_recorded_and_served_by_its_vjp
 
 
 def test_a_program_whose_file_name_is_no_identifier_is_recorded_and_run(tmp_path: Path) -> None:
-    """``forward-forward-mnist.ppy`` runs under python: its recording is read
-    back, built and staged. A name the file cannot hold (a space) is left out
+    """``forward-forward-mnist.ppy`` runs under python: its recording (a
+    NamedTuple of the program's own among the inputs) is read back, built
+    and staged. A name the file cannot hold (a space) is left out
     of the recording with a line, and ``ppy run`` still answers as python."""
     source = """
+    from typing import NamedTuple
+
     import jax
     import jax.numpy as jnp
 
 
+    class Pair(NamedTuple):
+        w: jax.Array
+        b: jax.Array
+
+
     @jax.jit
-    def double(x):
-        return x * 2
+    def double(pair, x):
+        return pair.w * x * 2 + pair.b
 
 
     for n in (2, 3):
-        print(double(jnp.ones(n)))
+        print(double(Pair(jnp.ones(n), jnp.zeros(n)), jnp.ones(n)))
     """
     root = _project(tmp_path, source)
     (root / "model.ppy").rename(root / "forward-forward.ppy")

@@ -105,7 +105,7 @@ def _exported(request: LiveRequest) -> Entry:
     # holds the program's trace, and a trace that prints must be seen to.
     fn = python_function(request.function) or request.function
     read = worker._captures(fn, shared, main)
-    vjp = request.differentiated
+    vjp = request.differentiated and bool(request.settings.get("staged-vjp"))
     variants: list[tuple[Any, tuple[str, ...]]] = []
     first = None
     served = 0

@@ -66,6 +66,14 @@ SETTINGS: Mapping[str, Setting] = {
         '(["F <= N", "B >= 2"]); each applies to the functions whose dims name all its '
         "symbols, and a call where it does not hold takes the original path",
     ),
+    "staged-vjp": Setting(
+        (bool,),
+        False,
+        "export a function the program differentiates with its VJP, so that jax.grad, "
+        "jax.value_and_grad and jax.vjp of it are served without tracing its body; XLA "
+        "compiles the export's VJP otherwise than jit's gradient, which can then differ in "
+        "the last bits at some inputs (the build compares them on drawn ones only)",
+    ),
     "captured-array-limit": Setting(
         (int,),
         DEFAULT_LIMIT,
@@ -413,6 +421,16 @@ def _scope(function: FunctionInfo) -> Check:
             "move it to module level",
         )
     where = _MADE[function.scope]
+    if function.made is not None and function.reads:
+        owner = function.qualname.rpartition(".<locals>.")[0]
+        return Check(
+            "scope",
+            False,
+            f"it is made by {function.made}, which reads {', '.join(function.reads)} of "
+            f"{owner}: {'it exists' if len(function.reads) == 1 else 'they exist'} only "
+            f"while {owner} runs",
+            "record the program (`ppy record FILE`): the recorded run exports it",
+        )
     if function.made is not None:
         return Check("scope", True, f"made by {function.made} {where}: staged each time it runs")
     defaulted = [p.name for p in function.parameters if p.has_default]

@@ -171,7 +171,7 @@ def interpreter_options() -> list[str]:
     ]
 
 
-def _module_request(target: StageTarget) -> dict[str, Any]:
+def _module_request(target: StageTarget, *, vjp: bool) -> dict[str, Any]:
     return {
         "name": target.module.name,
         "path": target.module.path,
@@ -183,8 +183,8 @@ def _module_request(target: StageTarget) -> dict[str, Any]:
                 "closure": json.loads(f.closure) if f.closure is not None else None,
                 "made": f.made,
                 "sizes": json.loads(f.sizes) if f.sizes is not None else None,
-                # Policy let it through: every transform reaching it is served by its VJP.
-                "vjp": f.differentiated is not None,
+                # Policy let it through; its VJP where the project asks for one.
+                "vjp": vjp and f.differentiated is not None,
                 "params": [
                     describe(p, static=p.name in f.static)
                     for p in f.parameters
@@ -394,7 +394,10 @@ def export_in_worker(request: StageRequest) -> list[Entry | StageFailure]:
                     # python -P (or PYTHONSAFEPATH) puts no script's folder on sys.path.
                     "safe_path": bool(sys.flags.safe_path),
                     "capture": str(capture),
-                    "modules": [_module_request(t) for t in pending],
+                    "modules": [
+                        _module_request(t, vjp=bool(request.settings.get("staged-vjp")))
+                        for t in pending
+                    ],
                 },
                 capture,
             )

@@ -350,8 +350,8 @@ class StagedFunction:
         if not staged.exported.has_vjp():
             return Fallback(
                 "tracer",
-                "differentiated, and its export carries no VJP: the build found no "
-                "jax.grad of it in its module",
+                "differentiated, and its export carries no VJP: jit's gradient is python's "
+                "to the bit (a VJP is exported with [tool.ppy.plugins.jax] staged-vjp = true)",
             )
         return Route(staged.reversing(self.calls, self.original), args, kwargs)
 

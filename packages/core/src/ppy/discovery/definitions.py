@@ -166,8 +166,10 @@ class Definitions:
             found.append(self._jitted(statement, name, record, made, differentiated))
         for owner in self.defs:
             if owner.scope in ("module", "main"):
+                local = _locals(owner.node)
                 for statement, name, record, made in self._jitted_inside(owner):
                     jitted = self._jitted(statement, name, record, made, {})
+                    reads = {n.id for n in ast.walk(statement.value) if isinstance(n, ast.Name)}
                     found.append(
                         dataclasses.replace(
                             jitted,
@@ -175,6 +177,7 @@ class Definitions:
                             scope="nested",
                             rebound=(),
                             made=ast.unparse(statement.value),
+                            reads=tuple(sorted(reads & local)),
                         )
                     )
         order = {"module": 0, "method": 1, "nested": 1, "main": 1}
@@ -190,9 +193,12 @@ class Definitions:
                 assert isinstance(statement, ast.Assign)
                 yield statement, *found
 
-    def _jit_assignment(self, statement: ast.stmt) -> tuple[str, Definition, _Made] | None:
-        """(the name, the module-level def, what is made of it) where ``statement``
-        is ``name = jax.jit(made, ...)`` of a module-level def; else None."""
+    def _jit_assignment(
+        self, statement: ast.stmt, owner: Definition | None = None
+    ) -> tuple[str, Definition, _Made] | None:
+        """(the name, the def, what is made of it) where ``statement`` is
+        ``name = jax.jit(made, ...)`` of a module-level def, or of a def of
+        ``owner``'s own; else None."""
         if not (
             isinstance(statement, ast.Assign)
             and len(statement.targets) == 1
@@ -203,9 +209,12 @@ class Definitions:
         ):
             return None
         made = self._made(statement.value.args[0])
-        qualname = self.module_functions.get(made.function) if made is not None else None
+        if made is None:
+            return None
+        own = owner.local.get(made.function) if owner is not None else None
+        qualname = own or self.module_functions.get(made.function)
         for record in self.defs:
-            if made is not None and record.scope == "module" and record.qualname == qualname:
+            if record.qualname == qualname and (own is not None or record.scope == "module"):
                 return statement.targets[0].id, record, made
         return None
 
@@ -214,18 +223,18 @@ class Definitions:
     ) -> Iterator[tuple[ast.Assign, str, Definition, _Made]]:
         """``name = jax.jit(made, ...)`` in the body of the module-level
         function ``owner``, as ``_jitted_by_call`` finds them at module level,
-        where every name the call reads is the module's: the build evaluates
-        it over the module's globals. A name assigned twice in ``owner`` is
-        left out, as the run could bind either."""
-        local = _locals(owner.node)
+        or of a def of ``owner``'s own. Where every name the call reads is the
+        module's, the build evaluates it over the module's globals; a call
+        that reads ``owner``'s variables (``jax.jit(partial(gram, kernel))``
+        with ``kernel`` its parameter) only the running program can make, and
+        ``ppy record`` exports it from there (``FunctionInfo.reads``). A name
+        assigned twice in ``owner`` is left out, as the run could bind either."""
         for statement in function_statements(owner.node.body):
-            found = self._jit_assignment(statement)
+            found = self._jit_assignment(statement, owner)
             if found is None or _assignments(owner.node, found[0]) != 1:
                 continue
             assert isinstance(statement, ast.Assign)
-            reads = {n.id for n in ast.walk(statement.value) if isinstance(n, ast.Name)}
-            if not reads & local:
-                yield statement, *found
+            yield statement, *found
 
     def _made(self, node: ast.expr) -> _Made | None:
         """What a jitted expression makes of a module-level function, or None

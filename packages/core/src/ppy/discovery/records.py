@@ -162,6 +162,10 @@ class FunctionInfo:
     #: kernel))`` in ``train``), the call's source: the build evaluates it over
     #: the module's globals, the run binds what it makes at that statement.
     made: str | None = None
+    #: The variables of the function around it that call reads
+    #: (``("kernel",)``): only the running program has them, so only a
+    #: recording (``ppy record``) exports what it makes.
+    reads: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:

@@ -17,7 +17,7 @@ above which they do not belong in an artifact (they are weights: pass them
 as parameters).
 
 Functions and classes are fingerprinted by their qualified name, with a
-function's defaults and closure, which is where a library such as optax
+function's line and bytecode, defaults and closure, which is where a library such as optax
 keeps its hyperparameters. A function of the project itself is not
 fingerprinted here: the worker follows it, and records what it reads in turn.
 
@@ -198,6 +198,10 @@ class _Writer:
 
     def function(self, value: types.FunctionType, depth: int) -> None:
         self.text("function", self.name(value))
+        # Its code too: two lambdas of one function share a qualname
+        # (``train.<locals>.<lambda>``), and may share a closure.
+        code = value.__code__
+        self.text("code", str(code.co_firstlineno), hashlib.sha256(code.co_code).hexdigest())
         wrapped = getattr(value, "__wrapped__", None)
         if wrapped is not None and wrapped is not value:
             self.write(wrapped, depth + 1)

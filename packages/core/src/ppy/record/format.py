@@ -91,7 +91,7 @@ MAX_DEPTH: Final = 16
 ARRAY: Final = re.compile(r"[a-z][a-z0-9_]*(<[a-z]+>)?\[(\d+(,\d+)*)?\]")
 NAME: Final = re.compile(r"[\w-]+(\.[\w<>-]+)*")
 #: ``module:qualname`` of a class or object a node names.
-REF: Final = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", re.ASCII)
+REF: Final = re.compile(r"[\w-]+(\.[\w-]+)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 #: The dtypes a recorded array may have: those ``ppy.DType`` names, and the
 #: narrow ones jax takes besides (jax 0.10 to 0.12, from ml_dtypes). Any other

@@ -127,9 +127,15 @@ class Recorder:
         """The watch of a function the build cannot make again, or None."""
         qualname = function.qualname
         module = name[: -len(qualname) - 1]
-        if not isinstance(python, FunctionType):
+        if function.reads:  # made by a call that reads variables of the function around it
+            owner = qualname.rpartition(".<locals>.")[0]
+            why: str | None = (
+                f"it is made by a call that reads {', '.join(function.reads)} of {owner}"
+            )
+        elif isinstance(python, FunctionType):
+            why = needs_live(python, self.names.get(module, frozenset()), self.main)
+        else:
             return None
-        why = needs_live(python, self.names.get(module, frozenset()), self.main)
         if why is None:
             return None
         kinds = [p.kind for p in function.parameters]
