@@ -104,6 +104,7 @@ def test_settings_default_to_off_and_the_build_machines_backend() -> None:
         "export-memory-limit": 8192,
         "captured-array-limit": 1 << 20,
         "verify-sizes": True,
+        "staged-vjp": False,
         "mesh": None,
         "constraints": [],
     }

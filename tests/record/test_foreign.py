@@ -38,12 +38,12 @@ STAGED = {
     "stax_classifier": {"main.<locals>.update": 12, "loss_and_accuracy": 6},
     # update's last batch of each epoch is short: one export, symbolic in it.
     "scratch_mlp": {"update": 9, "accuracy": 6},
-    # residuals is called only under jax.jacrev: jit's gradient (no staged-vjp).
-    "curve_fits": {"gauss_newton": 5, "newton": 4, "main.<locals>.at": 1},
-    # evidence, jit(partial(...)) bound in main(), is no function the build finds;
-    # predict is made anew for each length: its export holds the last kernel, and
-    # the first call, which reads the other, takes jit's path.
-    "kernel_regression": {"main.<locals>.predict": 1},
+    # residuals' plain calls; under jax.jacrev, jit's gradient (no staged-vjp).
+    "curve_fits": {"gauss_newton": 5, "newton": 4, "main.<locals>.at": 1, "residuals": 5},
+    # evidence, jit(partial(...)) of main()'s variables, exported by the recorded
+    # run; predict is made anew for each length: its export holds the last
+    # kernel, and the first call, which reads the other, takes jit's path.
+    "kernel_regression": {"main.<locals>.evidence": 1, "main.<locals>.predict": 1},
 }
 
 
