@@ -344,3 +344,46 @@ def test_absl_flags_the_trace_reads_are_compared_by_their_parsed_values(tmp_path
         # FLAGS holds every flag's value: it is the first global found changed.
         reasons = {str(e["reason"]) for e in other.fallbacks()}
         assert any("FLAGS is not the value the build traced with" in r for r in reasons), reasons
+
+
+#: A donating jit that reads a global the main guard sets: python deletes the
+#: donated array, so reading it afterwards raises.
+DONATING = """
+import jax
+import jax.numpy as jnp
+
+
+@jax.jit(donate_argnums=0)
+def step(params, x):
+    return params * scale + x
+
+
+if __name__ == "__main__":
+    scale = 2.0
+    p = jnp.ones(4)
+    for i in range(3):
+        new = step(p, jnp.full(4, float(i)))
+        try:
+            print("old params", p.sum())
+        except RuntimeError as error:
+            print("old params deleted:", type(error).__name__)
+        p = new
+    print(p)
+"""
+
+
+def test_a_donating_jit_is_not_exported_from_the_run_and_stays_jits(tmp_path: Path) -> None:
+    """An export would not give the donated buffers up: the program would
+    read an array python deleted. The recording exports nothing, the build
+    says why (rule static-args), and the run deletes them as python does."""
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "model.ppy").write_text(textwrap.dedent(DONATING).lstrip())
+    (root / "pyproject.toml").write_text(PERMISSIONS)
+    cache = tmp_path / "cache"
+    recorded = _ppy(root, cache, "--log-format", "json", "-v", "record", "model.ppy")
+    assert recorded.returncode == 0, recorded.stderr
+    assert not json_events(recorded.stderr, "record.exported")
+    compared = differential(root, cache=cache, quiet_stderr=None)
+    assert "old params deleted: RuntimeError" in compared.python.stdout
+    assert compared.staged_calls("step") == 0

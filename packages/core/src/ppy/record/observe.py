@@ -127,6 +127,9 @@ class Recorder:
         """The watch of a function the build cannot make again, or None."""
         qualname = function.qualname
         module = name[: -len(qualname) - 1]
+        keywords = {k for d in function.decorators for k in d.keywords}
+        if keywords & {"donate_argnums", "donate_argnames"}:
+            return None  # an export would not give the buffers up: the build says why
         if function.reads:  # made by a call that reads variables of the function around it
             owner = qualname.rpartition(".<locals>.")[0]
             why: str | None = (
