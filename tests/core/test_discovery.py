@@ -120,7 +120,7 @@ def test_functions_module_level_first_then_methods_and_nested() -> None:
     ]
 
 
-def test_a_jit_made_by_a_call_inside_a_function_that_reads_only_module_names() -> None:
+def test_a_jit_made_by_a_call_inside_a_function_is_found_with_the_variables_it_reads() -> None:
     module = discover(
         """
         from functools import partial
@@ -147,7 +147,11 @@ def test_a_jit_made_by_a_call_inside_a_function_that_reads_only_module_names() -
         """
     )
     made = {f.qualname: f for f in module.functions if f.made is not None}
-    assert sorted(made) == ["train.<locals>.gram_", "train.<locals>.rows"]
+    # twice's g is bound twice: the run could bind either.
+    assert sorted(made) == ["train.<locals>.gram_", "train.<locals>.rows", "train.<locals>.scaled"]
+    # scaled's call reads train's scale: only a recording can make it.
+    assert made["train.<locals>.scaled"].reads == ("scale",)
+    assert made["train.<locals>.gram_"].reads == made["train.<locals>.rows"].reads == ()
     gram_ = made["train.<locals>.gram_"]
     assert (gram_.scope, gram_.lineno, gram_.made) == ("nested", 13, "jit(partial(gram, kernel))")
     # What the partial binds is not an input; vmap's inputs are kernel's names.
