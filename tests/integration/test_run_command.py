@@ -188,10 +188,11 @@ RUN_IMPORTS = {
     "ppy": "_hook artifact artifact.entry artifact.model artifact.payload "
     "artifact.read cache cli cli.main commands commands.run config decision discovery "
     "discovery.names errors kinds kinds.base kinds.dispatch kinds.fingerprint "
-    "kinds.jax_compat kinds.jax_export kinds.pytrees kinds.trace_config layout log "
+    "kinds.jax_compat kinds.jax_export kinds.keys kinds.pytrees kinds.trace_config "
+    "kinds.tracers layout log "
     "registry request run run.binding run.collector run.import_hooks run.made run.program "
     "run.shadow runtime snapshot spec warm warm.client warm.protocol",
-    "ppy_runtime_pjrt": "behind calls compile conditions differentiated dims eager guard pickled "
+    "ppy_runtime_pjrt": "behind calls compile conditions dims eager guard pickled "
     "placement unstaged",
 }
 
