@@ -68,11 +68,21 @@ SAMPLES: dict[str, tuple[str, str]] = {
 PATHS: dict[str, str] = {"package-init": "pkg/__init__.ppy"}
 
 
-def _plugins() -> dict[str, object]:
+def _plugins(rule: str = "") -> dict[str, object]:
+    from dataclasses import replace
+
     from ppy_plugin_jax.plugin import JaxExportPlugin
     from ppy_plugin_xla.plugin import XlaScalarPlugin
 
     jax, xla = JaxExportPlugin(), XlaScalarPlugin()
+    if rule == "differentiated":
+        # The jax plugin serves every transform, so only a plugin serving
+        # fewer fails this rule: the page shows one that serves jax.grad only.
+        jax.requirements = replace(  # type: ignore[misc]
+            jax.requirements,
+            differentiation="its export's VJP serves jax.grad only",
+            differentiable=frozenset({"jax.grad"}),
+        )
     return {"jax.jit": jax, "ppy.xla.jit": xla}
 
 
@@ -81,7 +91,7 @@ def _decide(rule: str, pyproject: str, source: str) -> tuple[str, str, str]:
     from ppy.config import load_config
     from ppy.discovery.module import discover_source
 
-    plugins = {} if rule == "no-plugin" else _plugins()
+    plugins = {} if rule == "no-plugin" else _plugins(rule)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (root / "pyproject.toml").write_text('[project]\nname = "demo"\n' + pyproject)
