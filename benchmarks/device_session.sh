@@ -3,7 +3,7 @@
 # repository that carries .whl-tpu/ (made here by benchmarks/device_wheels.sh).
 #
 #   bash benchmarks/device_session.sh bench      # doctor, then run.py --device-quick (~8 min)
-#   bash benchmarks/device_session.sh fidelity   # tests/device/run.py until its deadline (~9.5 min)
+#   bash benchmarks/device_session.sh fidelity   # tests/device/run.py until its deadline (~9.5 min, ~25 tests)
 #   bash benchmarks/device_session.sh smoke      # build and run the page's example (~1 min)
 #   bash benchmarks/device_session.sh recorded   # examples/80_recorded: build, explain, run (~2 min)
 #
@@ -110,6 +110,14 @@ PY
     PIP_CONFIG_FILE=/dev/null "$VENV/bin/pip" install -q --isolated --only-binary=:all: \
         --index-url "$INDEX" -c "$constraints" optax flax jaxtyping ||
         say "the model libraries did not install: their tests are left out"
+    # libtpu pins a host buffer for transfers when a process opens the chip:
+    # 4 GiB by default, which took 5.5-7.7 s of each open here, against
+    # 1.6-1.8 s at 256 MiB. The tests move kilobytes, and where the buffer
+    # lies changes a transfer's cost, never its result: every process of a
+    # test (python's and ppy's alike) gets the smaller one, a third of the
+    # time per test. tests/device/run.py writes the setting beside each run.
+    export TPU_PREMAPPED_BUFFER_SIZE=${TPU_PREMAPPED_BUFFER_SIZE:-268435456}
+    export TPU_PREMAPPED_BUFFER_TRANSFER_THRESHOLD_BYTES=${TPU_PREMAPPED_BUFFER_TRANSFER_THRESHOLD_BYTES:-$TPU_PREMAPPED_BUFFER_SIZE}
     resume=()
     if [ "${PPY_DEVICE_RESUME:-0}" = 1 ]; then resume=(--resume); fi
     # Start no test after this: the longest (an example: python, build,

@@ -8,6 +8,7 @@ the artifact is one ``ppy build`` wrote.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
@@ -19,8 +20,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ppy.commands.doctor import SLOW_VERSIONS, findings, installed_versions
-from ppy.commands.importtime import ModuleImport, by_package, imports_of, measure, parse
+from ppy.cli.diagnosis import render_text
+from ppy.commands.doctor import SLOW_VERSIONS, findings, gather, installed_versions
+from ppy.commands.importtime import (
+    BackendStart,
+    ImportProfile,
+    ModuleImport,
+    by_package,
+    imports_of,
+    measure,
+    parse,
+)
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -262,6 +272,36 @@ def test_doctor_reports_the_backend_start_after_import_jax(
     [line] = [ln for ln in text.stdout.splitlines() if ln.startswith("backend start")]
     assert ": cpu (cpu, 1 device), the first jax.devices() after the import" in line
     assert "before its program's first call" in text.stdout
+
+
+@pytest.mark.parametrize(
+    ("setting", "said"), [(None, "libtpu's default, 4 GiB"), ("268435456", "268435456 bytes")]
+)
+def test_on_a_tpu_the_backend_start_names_the_transfer_buffer_it_pins(
+    make_project: Callable[..., Path],
+    monkeypatch: pytest.MonkeyPatch,
+    setting: str | None,
+    said: str,
+) -> None:
+    """On a TPU most of the open is the pinned host buffer; the report says
+    which size this environment gives it (a TPU's start, as measured there)."""
+    root = make_project({"model.ppy": MODEL}, pyproject=PLAIN)
+    if setting is None:
+        monkeypatch.delenv("TPU_PREMAPPED_BUFFER_SIZE", raising=False)
+    else:
+        monkeypatch.setenv("TPU_PREMAPPED_BUFFER_SIZE", setting)
+    started = BackendStart(6.16, platform="tpu", device_kind="TPU v5 lite", device_count=1)
+    profile = ImportProfile("jax", 1.18, (), backend=started)
+    report = dataclasses.replace(gather(root, measure_import=False), import_jax=profile)
+    text = " ".join(render_text(report).split())
+    assert f"pinning host memory for transfers (TPU_PREMAPPED_BUFFER_SIZE: {said}" in text
+    cpu = dataclasses.replace(
+        report,
+        import_jax=dataclasses.replace(
+            profile, backend=dataclasses.replace(started, platform="cpu")
+        ),
+    )
+    assert "TPU_PREMAPPED_BUFFER_SIZE" not in render_text(cpu)
 
 
 def test_doctor_json_fields_on_a_project_with_no_artifact(

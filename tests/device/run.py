@@ -178,6 +178,16 @@ def passed(document: Mapping[str, Any]) -> list[str]:
     )
 
 
+#: Settings of the accelerator's runtime that change its cost, never its
+#: results (libtpu's pinned host buffer for transfers), shown with each run.
+SETTINGS = ("TPU_PREMAPPED_BUFFER_SIZE", "TPU_PREMAPPED_BUFFER_TRANSFER_THRESHOLD_BYTES")
+
+
+def runtime_settings() -> dict[str, str]:
+    """The ``SETTINGS`` this run's environment sets."""
+    return {name: os.environ[name] for name in SETTINGS if name in os.environ}
+
+
 def _seconds(value: float) -> str:
     return f"{value:7.1f} s"
 
@@ -217,6 +227,9 @@ def render(document: Mapping[str, Any]) -> str:
             f"pytest exit {run['exit_status']}{stopped}"
         )
         lines.append(f"     {run['command']}")
+        if run.get("settings"):
+            shown = " ".join(f"{name}={value}" for name, value in run["settings"].items())
+            lines.append(f"     with {shown}")
     tests = document["tests"]
     selected = document["selected"]
     counts: dict[str, int] = {}
@@ -340,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         "exit_status": outcomes["exit_status"],
         "stopped": outcomes["stopped"],
         "left_out": {"libraries": missing, "markers": MARKERS},
+        "settings": runtime_settings(),
     }
     document = merge(previous, outcomes, run)
     source.write_text(json.dumps(document, indent=2) + "\n")

@@ -19,7 +19,7 @@ FIRST = "tests/fidelity/test_machine_noise.py::test_the_hugepages_warning_alone_
 SECOND = "tests/benchmarks/test_report.py::test_each_platform_is_held_to_its_own_targets"
 
 
-def _runner(*args: str) -> subprocess.CompletedProcess[str]:
+def _runner(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(RUNNER), *args],
         cwd=ROOT,
@@ -27,7 +27,7 @@ def _runner(*args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=300,
         check=False,
-        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        env={**os.environ, "JAX_PLATFORMS": "cpu", **env},
     )
 
 
@@ -56,7 +56,8 @@ def test_a_run_stopped_by_its_deadline_is_continued_by_the_next(tmp_path: Path) 
     assert f"  not run           {SECOND}" in text
     assert "PPY_TESTS_WARM" not in text and "-m 'not cpu_backend'" in text
 
-    second = _runner(*rehearsal, "--resume", "--", FIRST, SECOND)
+    # The runtime's cost settings a run had are written beside it.
+    second = _runner(*rehearsal, "--resume", "--", FIRST, SECOND, TPU_PREMAPPED_BUFFER_SIZE="256")
     assert second.returncode == 0, second.stdout + second.stderr
     document = json.loads((results / "fidelity.json").read_text())
     assert [run["stopped"] for run in document["runs"]][1] is None
@@ -67,6 +68,11 @@ def test_a_run_stopped_by_its_deadline_is_continued_by_the_next(tmp_path: Path) 
     text = (results / "fidelity.txt").read_text()
     assert "outcome   2 selected: 2 passed\n" in text and "  not run  " not in text
     assert f"--deselect {FIRST}" in document["runs"][1]["command"]
+    assert [run["settings"] for run in document["runs"]] == [
+        {},
+        {"TPU_PREMAPPED_BUFFER_SIZE": "256"},
+    ]
+    assert text.count("     with TPU_PREMAPPED_BUFFER_SIZE=256\n") == 1
 
 
 def test_resume_runs_a_failure_again(tmp_path: Path) -> None:

@@ -4,13 +4,13 @@ finalized as python does."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 from tests.conftest import run_ppy
 from tests.support.differential import WARM, differential, project
+from tests.support.events import json_events
 
 STAGED = """\
 import gc
@@ -107,8 +107,7 @@ def test_a_recording_collects_as_python_does_and_keeps_what_it_must(tmp_path: Pa
         )
         recorded = run_ppy("-v", "--log-format", "json", "record", "model.ppy", cwd=root)
         assert recorded.stdout == plain.stdout, recorded.stderr
-        events = [json.loads(line) for line in recorded.stderr.splitlines()]
-        decided = [e["frozen"] for e in events if e["event"] == "run.collector"]
+        decided = [e["frozen"] for e in json_events(recorded.stderr, "run.collector")]
         assert decided == ([True, True] if frozen else [False])
     journal = (tmp_path / "journal" / "journal.txt").read_text()
     assert journal == "a line the program never flushes\n" * 2

@@ -25,8 +25,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PERMISSIONS, run_ppy
+from tests.conftest import PERMISSIONS, cpu_backend, run_ppy
 from tests.support.differential import differential, project
+
+#: Its programs shard over a mesh of four of the CPU's forced host devices.
+pytestmark = cpu_backend
 
 FOUR = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
 NAMES = ("z", "m", "a")

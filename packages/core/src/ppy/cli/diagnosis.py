@@ -6,6 +6,7 @@ Nothing here reads the project or measures anything; it only formats.
 
 from __future__ import annotations
 
+import os
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -233,6 +234,8 @@ def _backend_lines(profile: ImportProfile | None, program: bool) -> Iterator[str
     if loaded:
         shown = ", ".join(f"{p.package} {p.self_us / 1e6:.2f} s" for p in loaded)
         yield f"  imported by it (the platform's plugin): {shown}"
+    if backend.platform == "tpu":
+        yield from _wrapped(_transfer_buffer(os.environ.get(TRANSFER_BUFFER)), "  ")
     floor = profile.seconds + backend.seconds
     yield from _wrapped(
         f"every process that computes with jax pays both before its program's first call: "
@@ -243,6 +246,21 @@ def _backend_lines(profile: ImportProfile | None, program: bool) -> Iterator[str
         "the program's eager ops and each staged function's compile or cache load come at "
         "its calls: `ppy -vv run FILE` logs them (cache.hit, cache.miss, cache.unstaged)",
         "  ",
+    )
+
+
+#: libtpu's setting for the host memory it pins for transfers at the chip's
+#: open: most of the open's time (docs/accelerators.md, measured).
+TRANSFER_BUFFER = "TPU_PREMAPPED_BUFFER_SIZE"
+
+
+def _transfer_buffer(setting: str | None) -> str:
+    """What the chip's open spent its time on, and the setting that trades it."""
+    size = "libtpu's default, 4 GiB" if setting is None else f"{setting} bytes, as set"
+    return (
+        f"most of the open is libtpu pinning host memory for transfers ({TRANSFER_BUFFER}: "
+        f"{size}); a smaller buffer opens faster and makes each larger transfer slower "
+        "(docs/accelerators.md, what opening the chip costs)"
     )
 
 
