@@ -88,6 +88,65 @@ def stop_servers(cache: Path) -> None:
         ask(place, "stop")
 
 
+#: The files that take longest on two cores, longest first (each file's tests
+#: summed from ``--junitxml``; the slowest took three times the last). Under
+#: ``--dist loadfile`` a worker takes the next file in line when it is done
+#: with its own; pytest-xdist lines files up by their number of tests, which
+#: sends the files of a few long tests (a differential run each) last, and the
+#: suite ended on one worker while the other sat idle. These go first, then
+#: every other file as collected: the short files end the suite on both
+#: workers at once. A file missing here costs only that; one that grew long
+#: belongs here.
+LONGEST_FIRST = (
+    "tests/integration/test_examples.py",
+    "tests/record/test_record.py",
+    "tests/warm/test_environment.py",
+    "tests/fidelity/test_captured.py",
+    "tests/record/test_live.py",
+    "tests/warm/test_server.py",
+    "tests/fidelity/test_program.py",
+    "tests/programs/test_libraries.py",
+    "tests/warm/test_runs.py",
+    "tests/fidelity/test_parameter_order.py",
+    "tests/fidelity/test_paths.py",
+    "tests/hardening/test_recording.py",
+    "tests/fidelity/test_config.py",
+    "tests/fidelity/test_sharded.py",
+    "tests/hardening/test_hostile_artifacts.py",
+    "tests/fidelity/test_dependencies.py",
+    "tests/fidelity/test_stdio.py",
+    "tests/fidelity/test_gradients.py",
+    "tests/programs/test_pytrees.py",
+    "tests/plugin_xla/test_exactness.py",
+    "tests/integration/test_run_command.py",
+    "tests/hardening/test_cache_trust.py",
+    "tests/fidelity/test_specializes.py",
+    "tests/plugin_xla/test_operators.py",
+    "tests/runtime_pjrt/test_unstaged_cache.py",
+    "tests/programs/test_scalars.py",
+    "tests/warm/test_security.py",
+    "tests/plugin_jax/test_build_export.py",
+    "tests/hardening/test_worker_process.py",
+    "tests/fidelity/test_collector.py",
+    "tests/fidelity/test_frames.py",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist is installed
+        config.option.loadscopereorder = False  # hand files out in LONGEST_FIRST's order
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In pytest-xdist's workers (which collect; the controller hands out), the
+    files of ``LONGEST_FIRST`` first, in its order. In one process (the device
+    runner's, which orders its own parts) the order stays pytest's."""
+    if not hasattr(config, "workerinput"):
+        return
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(rank)))
+
+
 @pytest.fixture(autouse=True)
 def _stop_served() -> Iterator[None]:
     """Stop the warm servers a test's differential runs started, once it ends."""
