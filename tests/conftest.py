@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,13 +91,14 @@ def stop_servers(cache: Path) -> None:
 
 #: The files that take longest on two cores, longest first (each file's tests
 #: summed from ``--junitxml``; the slowest took three times the last). Under
-#: ``--dist loadfile`` a worker takes the next file in line when it is done
-#: with its own; pytest-xdist lines files up by their number of tests, which
-#: sends the files of a few long tests (a differential run each) last, and the
-#: suite ended on one worker while the other sat idle. These go first, then
-#: every other file as collected: the short files end the suite on both
-#: workers at once. A file missing here costs only that; one that grew long
-#: belongs here.
+#: ``--dist loadfile`` a worker takes the next file in line as it nears the
+#: end of its own; pytest-xdist lines files up by their number of tests, most
+#: first, which sends the files of a few long tests (a program run under
+#: python, cold and warm, each) last, and the suite ended on one worker while
+#: the other sat idle. These go first; every other file follows, fewest tests
+#: first: here a file of few tests is one of long ones, and the files of many
+#: short unit tests end the suite on both workers at once. A file missing here
+#: costs only that; one that grew long belongs here.
 LONGEST_FIRST = (
     "tests/integration/test_examples.py",
     "tests/record/test_record.py",
@@ -139,12 +141,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """In pytest-xdist's workers (which collect; the controller hands out), the
-    files of ``LONGEST_FIRST`` first, in its order. In one process (the device
-    runner's, which orders its own parts) the order stays pytest's."""
+    files of ``LONGEST_FIRST`` first, in its order, then the others, fewest
+    tests first. In one process (the device runner's, which orders its own
+    parts) the order stays pytest's."""
     if not hasattr(config, "workerinput"):
         return
     rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(rank)))
+    tests = Counter(item.nodeid.partition("::")[0] for item in items)
+
+    def place(item: pytest.Item) -> tuple[int, int]:
+        path = item.nodeid.partition("::")[0]
+        return (rank[path], 0) if path in rank else (len(rank), tests[path])
+
+    items.sort(key=place)
 
 
 @pytest.fixture(autouse=True)
