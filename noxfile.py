@@ -114,7 +114,9 @@ TEST_TOOLS = (
 #: subprocesses, and two keep both cores busy. ``loadfile`` sends a whole file
 #: to one worker, so a module-scoped build is made once, and each worker builds
 #: a shared example (tests/conftest.py's ``built_examples``) at most once. On 2
-#: cores it measured ahead of ``load`` and of ``loadgroup``.
+#: cores it measured ahead of ``load`` and of ``loadgroup``. The files go out
+#: longest first (tests/conftest.py's ``LONGEST_FIRST``), not by their number
+#: of tests as pytest-xdist would send them: both workers end together.
 XDIST = ("-n", "2", "--dist", "loadfile")
 #: The unit suites of the four distributions and the differential ones (python
 #: against ``ppy run``): ``quick`` runs these, less the ``models`` tests.

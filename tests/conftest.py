@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +87,73 @@ def stop_servers(cache: Path) -> None:
 
     for place in places(cache / "warm"):
         ask(place, "stop")
+
+
+#: The files that take longest on two cores, longest first (each file's tests
+#: summed from ``--junitxml``; the slowest took three times the last). Under
+#: ``--dist loadfile`` a worker takes the next file in line as it nears the
+#: end of its own; pytest-xdist lines files up by their number of tests, most
+#: first, which sends the files of a few long tests (a program run under
+#: python, cold and warm, each) last, and the suite ended on one worker while
+#: the other sat idle. These go first; every other file follows, fewest tests
+#: first: here a file of few tests is one of long ones, and the files of many
+#: short unit tests end the suite on both workers at once. A file missing here
+#: costs only that; one that grew long belongs here.
+LONGEST_FIRST = (
+    "tests/integration/test_examples.py",
+    "tests/record/test_record.py",
+    "tests/warm/test_environment.py",
+    "tests/fidelity/test_captured.py",
+    "tests/record/test_live.py",
+    "tests/warm/test_server.py",
+    "tests/fidelity/test_program.py",
+    "tests/programs/test_libraries.py",
+    "tests/warm/test_runs.py",
+    "tests/fidelity/test_parameter_order.py",
+    "tests/fidelity/test_paths.py",
+    "tests/hardening/test_recording.py",
+    "tests/fidelity/test_config.py",
+    "tests/fidelity/test_sharded.py",
+    "tests/hardening/test_hostile_artifacts.py",
+    "tests/fidelity/test_dependencies.py",
+    "tests/fidelity/test_stdio.py",
+    "tests/fidelity/test_gradients.py",
+    "tests/programs/test_pytrees.py",
+    "tests/plugin_xla/test_exactness.py",
+    "tests/integration/test_run_command.py",
+    "tests/hardening/test_cache_trust.py",
+    "tests/fidelity/test_specializes.py",
+    "tests/plugin_xla/test_operators.py",
+    "tests/runtime_pjrt/test_unstaged_cache.py",
+    "tests/programs/test_scalars.py",
+    "tests/warm/test_security.py",
+    "tests/plugin_jax/test_build_export.py",
+    "tests/hardening/test_worker_process.py",
+    "tests/fidelity/test_collector.py",
+    "tests/fidelity/test_frames.py",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist is installed
+        config.option.loadscopereorder = False  # hand files out in LONGEST_FIRST's order
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In pytest-xdist's workers (which collect; the controller hands out), the
+    files of ``LONGEST_FIRST`` first, in its order, then the others, fewest
+    tests first. In one process (the device runner's, which orders its own
+    parts) the order stays pytest's."""
+    if not hasattr(config, "workerinput"):
+        return
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    tests = Counter(item.nodeid.partition("::")[0] for item in items)
+
+    def place(item: pytest.Item) -> tuple[int, int]:
+        path = item.nodeid.partition("::")[0]
+        return (rank[path], 0) if path in rank else (len(rank), tests[path])
+
+    items.sort(key=place)
 
 
 @pytest.fixture(autouse=True)

@@ -2,11 +2,13 @@
 
 A module or test file added without its line is a map that lies by omission:
 a reader looking for a module's tests, or a test's subject, finds nothing.
+The files ``tests/conftest.py`` sends to the workers first are named by path
+too, and checked the same way.
 """
 
 from __future__ import annotations
 
-from tests.conftest import ROOT
+from tests.conftest import LONGEST_FIRST, ROOT
 
 MAP = ROOT / "tests" / "README.md"
 #: Each package's source folder, as its section of the map names modules.
@@ -44,3 +46,11 @@ def test_every_module_and_test_file_is_on_the_map() -> None:
 def test_a_map_without_a_line_is_caught() -> None:
     text = MAP.read_text().replace("`worth.py`", "`worthless.py`")
     assert unmapped(text) == ["ppy_plugin_xla/worth.py"]
+
+
+def test_the_files_sent_first_are_test_files_named_once() -> None:
+    """``LONGEST_FIRST`` orders files by path: a file renamed or moved would
+    silently go back to the end of the line."""
+    assert len(set(LONGEST_FIRST)) == len(LONGEST_FIRST)
+    missing = [path for path in LONGEST_FIRST if not (ROOT / path).is_file()]
+    assert missing == []

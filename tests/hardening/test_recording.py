@@ -22,6 +22,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -90,24 +91,50 @@ def _python(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """``STATIC`` recorded once with a finite value and every value of
+    ``NON_FINITE``, then built and run: what each case reads."""
+
+    plain: subprocess.CompletedProcess[str]
+    recorded: subprocess.CompletedProcess[str]
+    #: The recording's file as the recording left it.
+    text: str
+    built: subprocess.CompletedProcess[str]
+    ran: subprocess.CompletedProcess[str]
+
+
+@pytest.fixture(scope="module")
+def non_finite(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
+    """Each value is a call of its own, skipped with a line of its own: one
+    recording, build and run serve the three cases."""
+    base = tmp_path_factory.mktemp("non-finite")
+    root = write_project(base / "p", {"model.ppy": STATIC})
+    cache = base / "cache"
+    argv = ("2.0", *NON_FINITE)
+    plain = _python(root, *argv)
+    recorded = _run(root, cache, "record", "model.ppy", *argv)
+    text = (root / ".ppy" / "signatures.json").read_text()
+    built = _run(root, cache, "build")
+    ran = _run(root, cache, "run", "model.ppy", *argv)
+    return Recorded(plain, recorded, text, built, ran)
+
+
 @pytest.mark.parametrize("value", NON_FINITE)
 def test_a_non_finite_static_float_is_left_out_of_the_file_with_a_line(
-    tmp_path: Path, value: str
+    non_finite: Recorded, value: str
 ) -> None:
-    root = write_project(tmp_path / "p", {"model.ppy": STATIC})
-    cache = tmp_path / "cache"
-    plain = _python(root, "2.0", value)
-    recorded = _run(root, cache, "record", "model.ppy", "2.0", value)
+    plain, recorded = non_finite.plain, non_finite.recorded
     assert (recorded.stdout, recorded.returncode) == (plain.stdout, plain.returncode)
-    assert "record.skipped" in recorded.stderr and f"the static float {value}" in recorded.stderr
-    text = (root / ".ppy" / "signatures.json").read_text()
+    said = [line for line in recorded.stderr.splitlines() if "record.skipped" in line]
+    assert [line for line in said if f"the static float {value}," in line], recorded.stderr
+    text = non_finite.text
     json.loads(text, parse_constant=lambda constant: pytest.fail(f"{constant} in the file"))
     assert '"static": 2.0' in text
     # Every later command of the project goes on, and the program prints what python prints.
-    built = _run(root, cache, "build")
+    built, ran = non_finite.built, non_finite.ran
     assert built.returncode == 0, built.stdout + built.stderr
     assert "staged 1 of 1 candidate functions" in built.stdout
-    ran = _run(root, cache, "run", "model.ppy", "2.0", value)
     assert (ran.stdout, ran.returncode) == (plain.stdout, plain.returncode), ran.stderr
 
 

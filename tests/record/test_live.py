@@ -6,10 +6,14 @@ value their trace read is the same."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import PERMISSIONS, models
 from tests.support.differential import differential
@@ -127,6 +131,7 @@ main()
 
 
 def _recorded(tmp_path: Path, source: str, **env: str) -> tuple[Path, Path]:
+    """A project of ``source`` recorded once: its root and its executable cache."""
     root = tmp_path / "project"
     root.mkdir()
     (root / "model.ppy").write_text(textwrap.dedent(source).lstrip())
@@ -153,13 +158,38 @@ def _ppy(root: Path, cache: Path, *args: str, **env: str) -> subprocess.Complete
     )
 
 
+@dataclass(frozen=True)
+class Shared:
+    """A project recorded once for the tests of this file, and a copy of it
+    built; a test works on its own copy of either (``copy``)."""
+
+    recorded: Path
+    built: Path
+    #: What ``ppy build`` printed for ``built``.
+    report: str
+
+    @staticmethod
+    def copy(folder: Path, tmp_path: Path) -> tuple[Path, Path]:
+        """A copy of ``folder`` under ``tmp_path``, and a fresh executable cache."""
+        return shutil.copytree(folder, tmp_path / "project"), tmp_path / "cache"
+
+
+@pytest.fixture(scope="module")
+def optimizer(tmp_path_factory: pytest.TempPathFactory) -> Shared:
+    """``OPTIMIZER``, recorded and built once: three tests read the same recording."""
+    base = tmp_path_factory.mktemp("optimizer")
+    recorded, _ = _recorded(base, OPTIMIZER)
+    built = shutil.copytree(recorded, base / "built" / "project")
+    done = _ppy(built, base / "built" / "cache", "build")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return Shared(recorded, built, done.stdout)
+
+
 def test_the_step_made_in_main_is_exported_from_the_recorded_run_and_staged(
-    tmp_path: Path,
+    tmp_path: Path, optimizer: Shared
 ) -> None:
-    root, cache = _recorded(tmp_path, OPTIMIZER)
-    built = _ppy(root, cache, "build")
-    assert built.returncode == 0, built.stdout + built.stderr
-    (line,) = [line for line in built.stdout.splitlines() if "main.<locals>.update" in line]
+    root, cache = optimizer.copy(optimizer.built, tmp_path)
+    (line,) = [line for line in optimizer.report.splitlines() if "main.<locals>.update" in line]
     assert " exported " in line and "in the recorded run, at 1 signature (20 calls)" in line
     compared = differential(root, cache=cache, build=False)
     assert compared.bound() == {"main.<locals>.update"}
@@ -167,11 +197,12 @@ def test_the_step_made_in_main_is_exported_from_the_recorded_run_and_staged(
     assert not compared.fallbacks()
 
 
-def test_another_step_size_in_the_run_falls_back_naming_what_changed(tmp_path: Path) -> None:
+def test_another_step_size_in_the_run_falls_back_naming_what_changed(
+    tmp_path: Path, optimizer: Shared
+) -> None:
     """The optimizer made with another step size: each call takes jit's path,
     and ``run.fallback`` names ``opt_update``, whose closure holds it."""
-    root, cache = _recorded(tmp_path, OPTIMIZER)
-    assert _ppy(root, cache, "build").returncode == 0
+    root, cache = optimizer.copy(optimizer.built, tmp_path)
     compared = differential(root, "0.2", cache=cache, build=False)
     assert compared.staged_calls("main.<locals>.update") == 0
     (fallback,) = {str(e["reason"]) for e in compared.fallbacks()}
@@ -222,8 +253,8 @@ def test_a_trace_that_prints_is_not_exported_and_the_recording_prints_what_pytho
     assert "Traceback" not in logged.stderr
 
 
-def test_a_stale_export_is_ignored_with_its_reason(tmp_path: Path) -> None:
-    root, cache = _recorded(tmp_path, OPTIMIZER)
+def test_a_stale_export_is_ignored_with_its_reason(tmp_path: Path, optimizer: Shared) -> None:
+    root, cache = optimizer.copy(optimizer.recorded, tmp_path)
     program = root / "model.ppy"
     program.write_text(program.read_text() + "# edited after the recording\n")
     built = _ppy(root, cache, "--log-format", "json", "build")

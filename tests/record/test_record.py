@@ -5,10 +5,13 @@ prints."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -84,13 +87,43 @@ def _recorded(tmp_path: Path, source: str, *argv: str) -> tuple[Path, Path, dict
     return root, cache, _file(root)["functions"]
 
 
-def test_record_prints_what_python_prints_and_writes_the_signatures(tmp_path: Path) -> None:
-    root = _project(tmp_path)
-    cache = tmp_path / "cache"
+@dataclass(frozen=True)
+class Recording:
+    """``TRAIN`` recorded once with some argv, for the tests of this file that
+    start from that recording: read ``root``, or work on a ``copy``."""
+
+    root: Path
+    #: What ``ppy record model.ppy ARGV`` did.
+    done: subprocess.CompletedProcess[str]
+
+    def copy(self, tmp_path: Path) -> tuple[Path, Path]:
+        """The test's own copy of the recorded project, and a fresh executable cache."""
+        return shutil.copytree(self.root, tmp_path / "project"), tmp_path / "cache"
+
+
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Recording]:
+    """``recordings(*argv)``: ``TRAIN`` recorded with ``argv``, once per argv."""
+    made: dict[tuple[str, ...], Recording] = {}
+
+    def get(*argv: str) -> Recording:
+        if argv not in made:
+            base = tmp_path_factory.mktemp("recorded")
+            root = _project(base)
+            made[argv] = Recording(root, _ppy(root, base / "cache", "record", "model.ppy", *argv))
+        return made[argv]
+
+    return get
+
+
+def test_record_prints_what_python_prints_and_writes_the_signatures(
+    recordings: Callable[..., Recording],
+) -> None:
+    shared = recordings("32", "128")
+    root, recorded = shared.root, shared.done
     plain = subprocess.run(
         [sys.executable, "model.ppy", "32", "128"], cwd=root, capture_output=True, text=True
     )
-    recorded = _ppy(root, cache, "record", "model.ppy", "32", "128")
     assert (recorded.stdout, recorded.stderr, recorded.returncode) == (
         plain.stdout,
         plain.stderr,
@@ -111,10 +144,12 @@ def test_record_prints_what_python_prints_and_writes_the_signatures(tmp_path: Pa
     assert data["functions"]["model.predict"]["calls"] == 2
 
 
-def test_a_recorded_function_is_staged_and_serves_a_third_size(tmp_path: Path) -> None:
-    root = _project(tmp_path)
-    cache = tmp_path / "cache"
-    assert _ppy(root, cache, "record", "model.ppy", "32", "128").returncode == 0
+def test_a_recorded_function_is_staged_and_serves_a_third_size(
+    tmp_path: Path, recordings: Callable[..., Recording]
+) -> None:
+    shared = recordings("32", "128")
+    assert shared.done.returncode == 0, shared.done.stderr
+    root, cache = shared.copy(tmp_path)
     built = _ppy(root, cache, "build")
     assert built.returncode == 0, built.stdout + built.stderr
     (line,) = [line for line in built.stdout.splitlines() if " loss(" in line]
@@ -287,10 +322,10 @@ def test_a_run_ended_by_an_uncaught_keyboard_interrupt_is_written(tmp_path: Path
     assert _file(root)["functions"]["model.loss"]["calls"] == 1
 
 
-def test_a_recorded_function_that_is_gone_is_reported_and_ignored(tmp_path: Path) -> None:
-    root = _project(tmp_path)
-    cache = tmp_path / "cache"
-    _ppy(root, cache, "record", "model.ppy")
+def test_a_recorded_function_that_is_gone_is_reported_and_ignored(
+    tmp_path: Path, recordings: Callable[..., Recording]
+) -> None:
+    root, cache = recordings("8").copy(tmp_path)  # main's own default, [8]
     source = (root / "model.ppy").read_text().replace("def predict", "def forecast")
     (root / "model.ppy").write_text(source.replace("predict(", "forecast("))
     built = _ppy(root, cache, "build")
@@ -298,10 +333,10 @@ def test_a_recorded_function_that_is_gone_is_reported_and_ignored(tmp_path: Path
     assert "build.recording_unknown" in built.stderr and "model.predict" in built.stderr
 
 
-def test_a_new_recording_makes_the_artifact_stale(tmp_path: Path) -> None:
-    root = _project(tmp_path)
-    cache = tmp_path / "cache"
-    _ppy(root, cache, "record", "model.ppy", "8")
+def test_a_new_recording_makes_the_artifact_stale(
+    tmp_path: Path, recordings: Callable[..., Recording]
+) -> None:
+    root, cache = recordings("8").copy(tmp_path)
     assert _ppy(root, cache, "build").returncode == 0
     _ppy(root, cache, "record", "model.ppy", "16")
     ran = _ppy(root, cache, "-v", "run", "model.ppy", "24")

@@ -60,6 +60,12 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def printed(project: Path) -> str:
+    """What ``python model.ppy`` prints for the module's project, run once."""
+    return _plain(project)
+
+
 def _plain(project: Path, **env: str) -> str:
     done = subprocess.run(
         [sys.executable, "model.ppy"],
@@ -89,9 +95,9 @@ def _lowered(events: list[dict[str, Any]]) -> dict[str, bool]:
 
 
 def test_eager_ops_are_loaded_from_the_cache_on_the_second_run(
-    project: Path, ppy: Run, cache_dir: Path
+    project: Path, printed: str, ppy: Run, cache_dir: Path
 ) -> None:
-    plain = _plain(project)
+    plain = printed
 
     first, first_events = _run(ppy, project)
     second, second_events = _run(ppy, project)
@@ -125,11 +131,11 @@ def test_a_program_with_jax_s_own_cache_keeps_it(
 
 
 def test_ppy_unstaged_cache_0_compiles_as_jax_would(
-    project: Path, ppy: Run, cache_dir: Path
+    project: Path, printed: str, ppy: Run, cache_dir: Path
 ) -> None:
     out, events = _run(ppy, project, PPY_UNSTAGED_CACHE="0")
 
-    assert out == _plain(project)
+    assert out == printed
     assert _unstaged(events) == {}
     assert any(e["event"] == "run.bind" for e in events)
 

@@ -367,9 +367,17 @@ def test_the_key_holds_every_variable_read_while_the_server_imports(
 
 
 def _module_level_reads(path: Path) -> set[str]:
-    """The variables a module's top level reads by a literal name."""
+    """The variables a module's top level reads by a literal name.
+
+    Every read ``_read_name`` knows names ``environ`` or ``getenv``: a source
+    that holds neither word is not parsed (most of jax's 400 modules; parsing
+    them all took most of the test's time).
+    """
+    source = path.read_bytes()
+    if b"environ" not in source and b"getenv" not in source:
+        return set()
     try:
-        tree = ast.parse(path.read_bytes())
+        tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return set()
     found: set[str] = set()
