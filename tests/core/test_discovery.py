@@ -159,6 +159,45 @@ def test_a_jit_made_by_a_call_inside_a_function_is_found_with_the_variables_it_r
     assert [p.name for p in made["train.<locals>.rows"].parameters] == ["x", "y"]
 
 
+def test_a_jit_of_a_variable_holding_a_function_is_found_through_it() -> None:
+    module = discover(
+        """
+        from functools import partial
+        import jax
+        from jax import grad, jit
+
+        def sgd(params, grads, learning_rate):
+            return params
+
+        optimizer = partial(sgd, learning_rate=1e-3)
+        optimizer = jax.jit(optimizer)
+
+        def main(scale):
+            def gp(params, x, y, compute=False):
+                return params * scale
+            marginal = partial(gp, compute=True)
+            grad_fun = jit(grad(marginal))
+            other = partial(gp, compute=False)
+            other = partial(gp, compute=True)
+            either = jit(other)
+            late = jit(after)
+            after = partial(gp, compute=True)
+            return grad_fun, either, late
+        """
+    )
+    found = {f.qualname: f for f in module.functions}
+    # optimizer is bound twice, by the partial it jits and by the jit: one name.
+    optimizer = found["optimizer"]
+    assert (optimizer.lineno, optimizer.rebound) == (10, ())
+    assert [p.name for p in optimizer.parameters] == ["params", "grads"]
+    grad_fun = found["main.<locals>.grad_fun"]
+    assert [p.name for p in grad_fun.parameters] == ["params", "x", "y"]
+    # marginal is main's variable: only the running program can make it.
+    assert (grad_fun.made, grad_fun.reads) == ("jit(grad(marginal))", ("marginal",))
+    # other holds either partial as the run goes; after is set after its jit.
+    assert "main.<locals>.either" not in found and "main.<locals>.late" not in found
+
+
 @pytest.mark.parametrize(
     ("imports", "decorator", "name", "keywords"),
     [

@@ -130,6 +130,46 @@ main()
 """
 
 
+#: Jits of variables that hold functions: a module-level partial jitted under
+#: its own name, and main()'s jit(grad(...)) of a partial of a def of main().
+VARIABLES = """
+import sys
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+from jax import grad, jit
+
+
+def sgd(params, grads, learning_rate):
+    return [p - learning_rate * g for p, g in zip(params, grads)]
+
+
+optimizer = partial(sgd, learning_rate=0.1)
+optimizer = jax.jit(optimizer)
+
+
+def main():
+    scale = float(sys.argv[1]) if len(sys.argv) > 1 else 1.0
+
+    def loss(params, x, squared=False):
+        error = params[0] * x * scale - 1.0
+        return jnp.sum(error**2 if squared else jnp.abs(error)) + jnp.sum(params[1] ** 2)
+
+    marginal = partial(loss, squared=True)
+    grad_fun = jit(grad(marginal))
+    params = [jnp.ones(3), jnp.full(2, 0.5)]
+    x = jnp.arange(3.0)
+    for _ in range(5):
+        params = optimizer(params, grad_fun(params, x))
+    print(params[0], params[1])
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
 def _recorded(tmp_path: Path, source: str, **env: str) -> tuple[Path, Path]:
     """A project of ``source`` recorded once: its root and its executable cache."""
     root = tmp_path / "project"
@@ -418,3 +458,21 @@ def test_a_donating_jit_is_not_exported_from_the_run_and_stays_jits(tmp_path: Pa
     compared = differential(root, cache=cache, quiet_stderr=None)
     assert "old params deleted: RuntimeError" in compared.python.stdout
     assert compared.staged_calls("step") == 0
+
+
+def test_jits_of_variables_that_hold_functions_are_staged(tmp_path: Path) -> None:
+    """``optimizer = jax.jit(optimizer)`` of a partial, and ``jit(grad(marginal))``
+    with ``marginal`` a partial of a def of main(): each is staged for every
+    call, and another value of what main() closes over falls back, naming it."""
+    root, cache = _recorded(tmp_path, VARIABLES)
+    built = _ppy(root, cache, "build")
+    assert built.returncode == 0, built.stdout + built.stderr
+    same = differential(root, cache=cache, build=False)
+    assert same.bound() == {"optimizer", "main.<locals>.grad_fun"}
+    assert same.staged_calls("optimizer") == same.staged_calls("main.<locals>.grad_fun") == 5
+    assert not same.fallbacks()
+    other = differential(root, "2.0", cache=cache, build=False)
+    assert other.staged_calls("main.<locals>.grad_fun") == 0
+    assert other.staged_calls("optimizer") == 5
+    reasons = {str(e["reason"]) for e in other.fallbacks()}
+    assert any("scale" in r for r in reasons), reasons

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -78,6 +78,9 @@ class _Made:
 
     function: str
     steps: tuple[tuple[str, int, frozenset[str]], ...] = ()
+    #: The lines of the variables it was read through (``f = partial(g, 1)``
+    #: before ``jit(f)``), outermost first.
+    via: tuple[int, ...] = ()
 
     def parameters(self, parameters: tuple[Parameter, ...]) -> tuple[Parameter, ...]:
         """The parameters of what jit wraps: a partial's bound ones left out,
@@ -208,7 +211,7 @@ class Definitions:
             and len(statement.value.args) == 1
         ):
             return None
-        made = self._made(statement.value.args[0])
+        made = self._made(statement.value.args[0], self._scope_variables(statement, owner))
         if made is None:
             return None
         own = owner.local.get(made.function) if owner is not None else None
@@ -236,14 +239,64 @@ class Definitions:
             assert isinstance(statement, ast.Assign)
             yield statement, *found
 
-    def _made(self, node: ast.expr) -> _Made | None:
-        """What a jitted expression makes of a module-level function, or None
-        for anything else (a lambda, a call of the program's own, a closure)."""
+    def _scope_variables(
+        self, statement: ast.Assign, owner: Definition | None
+    ) -> Callable[[str], ast.Assign | None]:
+        """Where ``statement``'s scope (``owner``'s body, or the module) sets
+        a variable once, before ``statement``: ``f = partial(g, 1)`` read by
+        ``jit(f)``. A variable bound anywhere else too (but by ``statement``
+        itself: ``f = jax.jit(f)``) is None: the run could read either value."""
+        if owner is not None:
+            node = owner.node
+            body = list(function_statements(node.body))
+        else:
+            body = list(module_statements(self.tree.body))
+
+        def bound(name: str) -> int:
+            if owner is not None:
+                return _assignments(node, name)
+            return len(self.names.bindings.get(name, ()))
+
+        target = statement.targets[0]
+
+        def variable(name: str) -> ast.Assign | None:
+            found = [
+                s
+                for s in body
+                if isinstance(s, ast.Assign)
+                and s is not statement
+                and len(s.targets) == 1
+                and isinstance(s.targets[0], ast.Name)
+                and s.targets[0].id == name
+            ]
+            itself = isinstance(target, ast.Name) and target.id == name
+            if len(found) != 1 or bound(name) != 1 + itself:
+                return None
+            return found[0] if found[0].lineno < statement.lineno else None
+
+        return variable
+
+    def _made(
+        self,
+        node: ast.expr,
+        variable: Callable[[str], ast.Assign | None] = lambda name: None,
+        seen: frozenset[str] = frozenset(),
+    ) -> _Made | None:
+        """What a jitted expression makes of a function, or None for anything
+        else (a lambda, a call of the program's own, a closure). A name that
+        is no def of the module's but a ``variable`` of the scope is read
+        through its value (``marginal_likelihood = partial(gp, ...)``)."""
         if isinstance(node, ast.Name):
-            return _Made(node.id)
+            held = None if node.id in seen else variable(node.id)
+            if held is None:
+                return _Made(node.id)
+            through = self._made(held.value, variable, seen | {node.id})
+            if through is None:
+                return None
+            return dataclasses.replace(through, via=(held.lineno, *through.via))
         if not (isinstance(node, ast.Call) and node.args):
             return None
-        inner = self._made(node.args[0])
+        inner = self._made(node.args[0], variable, seen)
         func = self.resolve(node.func)
         if inner is None or func is None:
             return None
@@ -253,11 +306,12 @@ class Definitions:
                 isinstance(a, ast.Starred) for a in node.args
             ):
                 return None  # what **kwargs or *args bind is not known from the source
-            return _Made(inner.function, (*inner.steps, ("partial", len(node.args) - 1, bound)))
+            step = ("partial", len(node.args) - 1, bound)
+            return dataclasses.replace(inner, steps=(*inner.steps, step))
         if func in _SAME_INPUTS:
-            return _Made(inner.function, (*inner.steps, ("same", 0, frozenset())))
+            return dataclasses.replace(inner, steps=(*inner.steps, ("same", 0, frozenset())))
         if func in _NEW_INPUTS:
-            return _Made(inner.function, (*inner.steps, ("new", 0, frozenset())))
+            return dataclasses.replace(inner, steps=(*inner.steps, ("new", 0, frozenset())))
         return None
 
     def _jitted(
@@ -277,8 +331,9 @@ class Definitions:
         # where it (or a function calling it) is handed to a transform. What
         # happens to ``record``'s Python function elsewhere does not reach it.
         wrapped = self._function(record, differentiated.get(name))
-        # ``g = jax.jit(g)`` binds g twice by design: the def and this line.
-        own = {statement.lineno, record.node.lineno}
+        # ``g = jax.jit(g)`` binds g twice by design: the def and this line,
+        # as ``f = partial(g, 1)`` then ``f = jax.jit(f)`` binds f.
+        own = {statement.lineno, record.node.lineno, *made.via}
         return dataclasses.replace(
             wrapped,
             qualname=name,
