@@ -109,6 +109,25 @@ def test_a_stateless_instance_is_read_with_its_class_data() -> None:
     assert fingerprint(Config()) != before
 
 
+#: Two bare sentinels, as libraries make them (jax's ``core.no_axis_name``).
+FIRST = object()
+SECOND = object()
+
+
+def test_a_bare_sentinel_is_told_apart_by_the_global_that_holds_it() -> None:
+    """What code asks of a bare ``object()`` is which one it is, so one
+    fingerprints as the module global it is, not as an empty value; one
+    that no module holds cannot be compared."""
+    import jax
+
+    assert fingerprint(FIRST) == fingerprint(FIRST) != fingerprint(SECOND)
+    # jax.vmap's function holds jax's own; another vmap of it holds the same.
+    batched = (jax.vmap(reads_k), jax.vmap(reads_k))
+    assert fingerprint(batched[0]) == fingerprint(batched[1])
+    with pytest.raises(Unreadable, match="a bare object"):
+        fingerprint(object())
+
+
 def test_an_object_of_plain_settings_is_read_by_its_values() -> None:
     """jaxtyping's config: flags in ``__dict__``, set by ``update``."""
 

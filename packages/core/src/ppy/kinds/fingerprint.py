@@ -110,7 +110,10 @@ class _Writer:
         self.main = main
 
     def name(self, thing: Any) -> str:
-        name = _name(thing)
+        return self.qualified(_name(thing))
+
+    def qualified(self, name: str) -> str:
+        """``name`` with the main module's name for ``__main__``."""
         if self.main is not None and name.startswith("__main__."):
             name = f"{self.main}.{name.removeprefix('__main__.')}"
         return name
@@ -177,6 +180,8 @@ class _Writer:
         elif _absl(value, "FlagValues"):  # absl's FLAGS: every flag's value
             self.text("flags")
             self.mapping(dict(sorted(_flag_value(value).items())), depth)
+        elif kind is object:  # a bare sentinel (jax's no_axis_name): which one it is
+            self.text("sentinel", self.qualified(_sentinel_name(value)))
         elif _record(value):  # a sentinel (equinox's MISSING), settings (jaxtyping's config)
             self.text("instance", self.name(kind))
             for name, item in sorted(vars(value).items()):
@@ -300,6 +305,33 @@ def _flag_value(value: Any) -> Any:
         return value.value if _absl(value, "FlagHolder") else value.flag_values_dict()
     except Exception as error:  # absl's UnparsedFlagAccessError
         raise Unreadable(f"its absl flags cannot be read yet: {error}") from None
+
+
+#: id of a bare sentinel -> the module global that holds it, as found.
+_SENTINELS: dict[int, tuple[str, str]] = {}
+
+
+def _sentinel_name(value: object) -> str:
+    """The module global a bare ``object()`` is, by which a run tells it apart.
+
+    Such a sentinel holds nothing: code only asks whether a value *is* it
+    (``axis_name is not core.no_axis_name``), so one sentinel is not another.
+    Made again in the next process under the same name, it is the same one. A
+    bare object no loaded module holds (made in a function) has no name, so
+    it cannot be compared and the function stays.
+    """
+    held = _SENTINELS.get(id(value))
+    if held is not None and getattr(sys.modules.get(held[0]), held[1], None) is value:
+        return ".".join(held)
+    for module_name, module in list(sys.modules.items()):
+        space = getattr(module, "__dict__", None)
+        if not isinstance(space, dict):
+            continue
+        for name, item in list(space.items()):
+            if item is value:
+                _SENTINELS[id(value)] = (module_name, name)
+                return f"{module_name}.{name}"
+    raise Unreadable("it is a bare object() that no module holds, so a run cannot tell which")
 
 
 def _record(value: Any) -> bool:
