@@ -131,7 +131,8 @@ main()
 
 
 #: Jits of variables that hold functions: a module-level partial jitted under
-#: its own name, and main()'s jit(grad(...)) of a partial of a def of main().
+#: its own name, and main()'s jit(grad(...)) of a partial of a def of main(),
+#: called leaving xtest to its default but once.
 VARIABLES = """
 import sys
 from functools import partial
@@ -152,8 +153,10 @@ optimizer = jax.jit(optimizer)
 def main():
     scale = float(sys.argv[1]) if len(sys.argv) > 1 else 1.0
 
-    def loss(params, x, squared=False):
+    def loss(params, x, xtest=None, squared=False):
         error = params[0] * x * scale - 1.0
+        if xtest is not None:
+            error = error + 0.1 * xtest
         return jnp.sum(error**2 if squared else jnp.abs(error)) + jnp.sum(params[1] ** 2)
 
     marginal = partial(loss, squared=True)
@@ -163,6 +166,7 @@ def main():
     for _ in range(5):
         params = optimizer(params, grad_fun(params, x))
     print(params[0], params[1])
+    print(grad_fun(params, x, x + 1.0)[0])
 
 
 if __name__ == "__main__":
@@ -463,14 +467,18 @@ def test_a_donating_jit_is_not_exported_from_the_run_and_stays_jits(tmp_path: Pa
 def test_jits_of_variables_that_hold_functions_are_staged(tmp_path: Path) -> None:
     """``optimizer = jax.jit(optimizer)`` of a partial, and ``jit(grad(marginal))``
     with ``marginal`` a partial of a def of main(): each is staged for every
-    call, and another value of what main() closes over falls back, naming it."""
+    call, and another value of what main() closes over falls back, naming it.
+    xtest, left to its default by the recorded calls, is traced as jit
+    traces it, as its default; the call that passes it takes jit's path."""
     root, cache = _recorded(tmp_path, VARIABLES)
     built = _ppy(root, cache, "build")
     assert built.returncode == 0, built.stdout + built.stderr
     same = differential(root, cache=cache, build=False)
     assert same.bound() == {"optimizer", "main.<locals>.grad_fun"}
     assert same.staged_calls("optimizer") == same.staged_calls("main.<locals>.grad_fun") == 5
-    assert not same.fallbacks()
+    (passed,) = same.fallbacks()
+    assert (passed["function"], passed["category"]) == ("main.<locals>.grad_fun", "signature")
+    assert "xtest passed, which the export does not take" in str(passed["reason"])
     other = differential(root, "2.0", cache=cache, build=False)
     assert other.staged_calls("main.<locals>.grad_fun") == 0
     assert other.staged_calls("optimizer") == 5

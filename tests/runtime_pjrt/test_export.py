@@ -144,6 +144,25 @@ def test_what_does_not_match_goes_to_the_original(score_entry, args, kwargs, cat
     assert fallbacks[0]["module"] == "model" and fallbacks[0]["function"] == "score"
 
 
+def test_a_parameter_the_export_was_traced_without_goes_to_the_original_when_passed() -> None:
+    """An export traced with a parameter left to its default (or bound by a
+    partial's keyword) holds that value; a call that passes one is jit's."""
+
+    @jax.jit
+    def scaled(x, scale=2.0):
+        return x * scale
+
+    bound = bind(make_entry(scaled, BATCH, qualname="scaled"), scaled)
+    x = jnp.ones((3, 4), jnp.float32)
+    np.testing.assert_array_equal(np.asarray(bound(x)), np.full((3, 4), 2.0, np.float32))
+    with capture_logs() as events:
+        np.testing.assert_array_equal(np.asarray(bound(x, 3.0)), np.full((3, 4), 3.0))
+        np.testing.assert_array_equal(np.asarray(bound(x, scale=2.0)), np.full((3, 4), 2.0))
+    assert bound.ppy_stats.fallbacks == {"signature": 2}
+    (reason,) = {e["reason"] for e in events if e["event"] == "run.fallback"}
+    assert reason.startswith("scale passed, which the export does not take")
+
+
 def test_sizes_the_export_constrains_out_go_to_the_original() -> None:
     (b,) = jax.export.symbolic_shape("B", constraints=["B >= 3"])
     flat = jax.jit(lambda x: [score(x)])  # as the worker exports: the output's leaves

@@ -97,9 +97,13 @@ def _exported(request: LiveRequest) -> Entry:
     }
     main = request.module if request.program else None
     static = set(request.calls[0].static)
+    # A parameter the calls left to its default is none of the export's: its
+    # trace holds the default, as jit's does.
+    taken = static | set(request.calls[0].traced)
     params: list[Mapping[str, Any]] = [
         {"name": name, "kind": kind, "static": name in static, "choices": None}
         for name, kind in request.parameters
+        if name in taken
     ]
     # The Python function the jit wraps, traced anew: the jit's own cache
     # holds the program's trace, and a trace that prints must be seen to.

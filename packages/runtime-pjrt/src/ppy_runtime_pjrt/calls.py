@@ -99,6 +99,15 @@ class Calls:
                 "signature",
                 f"{', '.join(left)} left to its default, which the export does not take",
             )
+        passed = [name for name in arguments if name not in self.traced and name not in self.static]
+        if passed:
+            # Left out of every call the export was made for (a default, what
+            # a partial binds by keyword): its trace holds that value.
+            return Fallback(
+                "signature",
+                f"{', '.join(passed)} passed, which the export does not take: it was traced "
+                "with the value the function has when the call leaves it out",
+            )
         bound.apply_defaults()  # a static parameter left out takes its default, as in jit
         arguments = bound.arguments
         static = self.key([arguments[name] for name in self.static])

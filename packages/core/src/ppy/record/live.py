@@ -17,7 +17,7 @@ import ast
 import builtins
 import dis
 import types
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 from ppy.kinds.fingerprint import absl_flags, closure
@@ -110,13 +110,34 @@ def needs_live(fn: types.FunctionType, names: frozenset[str], main: str) -> str 
 class LiveWatch:
     """Each abstract signature one function was called with, and how often."""
 
-    __slots__ = ("counts", "differentiated", "function", "parameters", "static", "why")
+    __slots__ = (
+        "counts",
+        "defaulted",
+        "defaults",
+        "differentiated",
+        "function",
+        "parameters",
+        "static",
+        "why",
+    )
 
     def __init__(
-        self, parameters: tuple[tuple[str, str], ...], static: frozenset[str], why: str
+        self,
+        parameters: tuple[tuple[str, str], ...],
+        static: frozenset[str],
+        why: str,
+        defaults: Collection[str] = (),
     ) -> None:
         self.parameters = parameters
         self.static = tuple(name for name, _ in parameters if name in static)
+        #: The parameters that have defaults: a call may leave them out.
+        self.defaults = frozenset(defaults)
+        #: The parameters the first call noted left to their defaults. jit
+        #: traces such a default as a constant of the trace, and so does the
+        #: export, which does not take the parameter: a call that passes it
+        #: takes jit's path (``ppy_runtime_pjrt.calls``). A call that leaves
+        #: others out is not noted.
+        self.defaulted: frozenset[str] | None = None
         #: Why the build cannot make it (``needs_live``).
         self.why = why
         #: The jitted function the program made last.
@@ -132,12 +153,20 @@ class LiveWatch:
         default, or passes a leaf jit cannot take, is left to the file alone."""
         values = dict(zip(positional, args, strict=False))
         values.update(kwargs)
-        if len(values) != len(self.parameters) or any(n not in values for n, _ in self.parameters):
+        left = frozenset(n for n, _ in self.parameters if n not in values)
+        if len(values) + len(left) != len(self.parameters) or not left <= self.defaults:
+            return
+        out = [n in left for n, kind in self.parameters if kind == "positional"]
+        if out != sorted(out):
+            return  # a positional parameter left out before one passed by name
+        if self.defaulted is None:
+            self.defaulted = left
+        elif left != self.defaulted:
             return
         import jax
 
         static = tuple((name, values[name]) for name in self.static)
-        traced = tuple(values[n] for n, _ in self.parameters if n not in self.static)
+        traced = tuple(values[n] for n in self._traced())
         leaves, tree = jax.tree_util.tree_flatten(traced)
         described = tuple(_leaf(leaf) for leaf in leaves)
         if any(d is None for d in described):
@@ -151,7 +180,7 @@ class LiveWatch:
     def calls(self) -> tuple[LiveCall, ...]:
         """The signatures seen, most called first; those that differ only in
         sizes carry their dims generalised over them all (``LiveCall.dims``)."""
-        traced = tuple(n for n, _ in self.parameters if n not in self.static)
+        traced = self._traced()
         ordered = sorted(self.counts.items(), key=lambda item: -item[1])
         families: dict[Any, list[tuple[tuple[int, ...], ...]]] = {}
         for key, _ in ordered:
@@ -165,6 +194,11 @@ class LiveWatch:
             LiveCall(traced, dict(key[0]), key[1], key[2], count, dims.get(_family(key)))
             for key, count in ordered
         )
+
+    def _traced(self) -> tuple[str, ...]:
+        """The parameters the export takes as inputs: not static, not left out."""
+        out = self.defaulted or frozenset()
+        return tuple(n for n, _ in self.parameters if n not in self.static and n not in out)
 
 
 def _family(key: Any) -> Any:

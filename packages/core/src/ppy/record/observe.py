@@ -118,12 +118,14 @@ class Recorder:
         notes = _Notes(
             _name(original), positional, function.static, self.main, counter, self.skipped, made
         )
-        notes.live = self._live(name, function, python)
+        notes.live = self._live(name, function, python, signature)
         if notes.live is not None:
             notes.live.function = original
         return _recorded(original, notes)
 
-    def _live(self, name: str, function: FunctionInfo, python: Any) -> LiveWatch | None:
+    def _live(
+        self, name: str, function: FunctionInfo, python: Any, signature: inspect.Signature
+    ) -> LiveWatch | None:
         """The watch of a function the build cannot make again, or None."""
         qualname = function.qualname
         module = name[: -len(qualname) - 1]
@@ -148,7 +150,8 @@ class Recorder:
         if known is not None:  # made again (each call of main(), a loop): one watch
             return known[2]
         parameters = tuple((p.name, p.kind) for p in function.parameters)
-        watch = LiveWatch(parameters, function.static, why)
+        defaults = [p.name for p in signature.parameters.values() if p.default is not p.empty]
+        watch = LiveWatch(parameters, function.static, why, defaults)
         self.live[name] = (module, qualname, watch)
         return watch
 
