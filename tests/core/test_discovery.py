@@ -198,6 +198,61 @@ def test_a_jit_of_a_variable_holding_a_function_is_found_through_it() -> None:
     assert "main.<locals>.either" not in found and "main.<locals>.late" not in found
 
 
+def test_a_jit_of_a_named_lambda_is_found_with_the_lambdas_parameters() -> None:
+    module = discover(
+        """
+        import jax
+        from jax import jit
+
+        score = lambda x, w: x @ w
+        score = jit(score)
+
+        def main(model):
+            predict = lambda inputs, scale=1.0: model(inputs) * scale
+            compiled_predict = jit(predict)
+            return compiled_predict
+        """
+    )
+    found = {f.qualname: f for f in module.functions if f.decorators}
+    assert sorted(found) == ["main.<locals>.compiled_predict", "score"]
+    assert found["score"].rebound == ()
+    assert [p.name for p in found["score"].parameters] == ["x", "w"]
+    compiled = found["main.<locals>.compiled_predict"]
+    assert [(p.name, p.has_default) for p in compiled.parameters] == [
+        ("inputs", False),
+        ("scale", True),
+    ]
+    assert (compiled.made, compiled.reads) == ("jit(predict)", ("predict",))
+
+
+def test_a_jit_a_function_returns_is_found_under_its_return() -> None:
+    module = discover(
+        """
+        import jax
+        from jax import jit, vmap
+
+        def train(xs):
+            def predict(x):
+                return (xs * x).sum()
+            return jit(vmap(predict))
+
+        def either(flag):
+            def f(x):
+                return x
+            if flag:
+                return jax.jit(f)
+            return jax.jit(vmap(f))
+        """
+    )
+    made = {f.qualname: f for f in module.functions if f.made is not None}
+    # either returns two jits: which one a call gets is the run's.
+    assert list(made) == ["train.<locals>.<return>"]
+    returned = made["train.<locals>.<return>"]
+    assert (returned.lineno, returned.made) == (8, "jit(vmap(predict))")
+    assert [p.name for p in returned.parameters] == ["x"]
+    assert returned.reads == ("predict",)
+
+
 @pytest.mark.parametrize(
     ("imports", "decorator", "name", "keywords"),
     [

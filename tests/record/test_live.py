@@ -174,6 +174,57 @@ if __name__ == "__main__":
 """
 
 
+#: A jit a function makes and returns, no name holding it, as jax's kernel
+#: least-squares example writes its predictor.
+RETURNED = """
+import sys
+
+import jax.numpy as jnp
+from jax import jit, vmap
+
+
+def train(xs, scale):
+    def predict(x):
+        return jnp.sum(jnp.tanh(xs * x * scale))
+
+    return jit(vmap(predict))
+
+
+def main():
+    scale = float(sys.argv[1]) if len(sys.argv) > 1 else 1.0
+    predictor = train(jnp.linspace(0.0, 1.0, 4), scale)
+    for n in (3, 3, 5):
+        print(predictor(jnp.arange(n, dtype=jnp.float32)))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+#: A jit of a lambda main() names, as jax's onnx2xla example compiles its predictor.
+LAMBDA = """
+import sys
+
+import jax.numpy as jnp
+from jax import jit
+
+
+def main():
+    scale = float(sys.argv[1]) if len(sys.argv) > 1 else 1.0
+    weights = jnp.linspace(-1.0, 1.0, 12).reshape(4, 3)
+    predict = lambda inputs: jnp.tanh(inputs @ weights) * scale
+    print(predict(jnp.ones((2, 4))))
+    compiled_predict = jit(predict)
+    for _ in range(3):
+        print(compiled_predict(jnp.ones((2, 4))))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
 def _recorded(tmp_path: Path, source: str, **env: str) -> tuple[Path, Path]:
     """A project of ``source`` recorded once: its root and its executable cache."""
     root = tmp_path / "project"
@@ -484,3 +535,32 @@ def test_jits_of_variables_that_hold_functions_are_staged(tmp_path: Path) -> Non
     assert other.staged_calls("optimizer") == 5
     reasons = {str(e["reason"]) for e in other.fallbacks()}
     assert any("scale" in r for r in reasons), reasons
+
+
+def test_a_jit_a_function_returns_is_staged_where_it_is_made(tmp_path: Path) -> None:
+    """``return jit(vmap(predict))``: exported from the recorded run (at each
+    size seen, or a symbol over them), served for the calls of the returned
+    jit, and jit's where the function it closes over changed."""
+    root, cache = _recorded(tmp_path, RETURNED)
+    built = _ppy(root, cache, "build")
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert "train.<locals>.<return>" in built.stdout, built.stdout
+    same = differential(root, cache=cache, build=False)
+    assert same.staged_calls("train.<locals>.<return>") == 3
+    assert not same.fallbacks()
+    other = differential(root, "2.0", cache=cache, build=False)
+    assert other.staged_calls("train.<locals>.<return>") == 0
+    assert {e["category"] for e in other.fallbacks()} == {"captured"}
+
+
+def test_a_jit_of_a_named_lambda_is_staged(tmp_path: Path) -> None:
+    """``compiled_predict = jit(predict)`` with ``predict`` a lambda of main():
+    staged for its calls, and jit's where what the lambda closes over changed."""
+    root, cache = _recorded(tmp_path, LAMBDA)
+    assert _ppy(root, cache, "build").returncode == 0
+    same = differential(root, cache=cache, build=False)
+    assert same.staged_calls("main.<locals>.compiled_predict") == 3
+    assert not same.fallbacks()
+    other = differential(root, "2.0", cache=cache, build=False)
+    assert other.staged_calls("main.<locals>.compiled_predict") == 0
+    assert {e["category"] for e in other.fallbacks()} == {"captured"}

@@ -12,9 +12,10 @@ import ast
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from ppy.discovery.names import (
+    RETURNED,
     Names,
     function_statements,
     is_main_guard,
@@ -145,6 +146,15 @@ class Definitions:
             elif isinstance(statement, ast.ClassDef):
                 inner_scope: Scope = "method" if scope == "module" else "nested"
                 self._collect_class(statement, f"{prefix}{statement.name}.", inner_scope)
+            elif (lambda_ := _named_lambda(statement)) is not None:
+                # ``predict = lambda inputs: ...``, which ``jax.jit(predict)``
+                # may make a jit of: a def of that name, as discovery reads one.
+                record = Definition(lambda_, f"{prefix}{lambda_.name}", scope)
+                self.defs.append(record)
+                if scope == "module":
+                    self.module_functions.setdefault(lambda_.name, record.qualname)
+                if owner is not None:
+                    owner.local.setdefault(lambda_.name, record.qualname)
             elif scope != "module":
                 for child in nested_blocks(statement):
                     self._collect(child, prefix=prefix, scope=scope, owner=owner)
@@ -170,16 +180,17 @@ class Definitions:
         for owner in self.defs:
             if owner.scope in ("module", "main"):
                 local = _locals(owner.node)
-                for statement, name, record, made in self._jitted_inside(owner):
-                    jitted = self._jitted(statement, name, record, made, {})
-                    reads = {n.id for n in ast.walk(statement.value) if isinstance(n, ast.Name)}
+                for making, name, record, made in self._jitted_inside(owner):
+                    jitted = self._jitted(making, name, record, made, {})
+                    assert making.value is not None
+                    reads = {n.id for n in ast.walk(making.value) if isinstance(n, ast.Name)}
                     found.append(
                         dataclasses.replace(
                             jitted,
                             qualname=f"{owner.qualname}.<locals>.{name}",
                             scope="nested",
                             rebound=(),
-                            made=ast.unparse(statement.value),
+                            made=ast.unparse(making.value),
                             reads=tuple(sorted(reads & local)),
                         )
                     )
@@ -201,12 +212,20 @@ class Definitions:
     ) -> tuple[str, Definition, _Made] | None:
         """(the name, the def, what is made of it) where ``statement`` is
         ``name = jax.jit(made, ...)`` of a module-level def, or of a def of
-        ``owner``'s own; else None."""
-        if not (
+        ``owner``'s own, or in ``owner``, ``return jax.jit(made, ...)``
+        (named ``RETURNED``); else None."""
+        if (
             isinstance(statement, ast.Assign)
             and len(statement.targets) == 1
             and isinstance(statement.targets[0], ast.Name)
-            and isinstance(statement.value, ast.Call)
+        ):
+            name = statement.targets[0].id
+        elif isinstance(statement, ast.Return) and owner is not None:
+            name = RETURNED
+        else:
+            return None
+        if not (
+            isinstance(statement.value, ast.Call)
             and self.resolve(statement.value.func) == "jax.jit"
             and len(statement.value.args) == 1
         ):
@@ -218,12 +237,12 @@ class Definitions:
         qualname = own or self.module_functions.get(made.function)
         for record in self.defs:
             if record.qualname == qualname and (own is not None or record.scope == "module"):
-                return statement.targets[0].id, record, made
+                return name, record, made
         return None
 
     def _jitted_inside(
         self, owner: Definition
-    ) -> Iterator[tuple[ast.Assign, str, Definition, _Made]]:
+    ) -> Iterator[tuple[ast.Assign | ast.Return, str, Definition, _Made]]:
         """``name = jax.jit(made, ...)`` in the body of the module-level
         function ``owner``, as ``_jitted_by_call`` finds them at module level,
         or of a def of ``owner``'s own. Where every name the call reads is the
@@ -231,16 +250,22 @@ class Definitions:
         that reads ``owner``'s variables (``jax.jit(partial(gram, kernel))``
         with ``kernel`` its parameter) only the running program can make, and
         ``ppy record`` exports it from there (``FunctionInfo.reads``). A name
-        assigned twice in ``owner`` is left out, as the run could bind either."""
-        for statement in function_statements(owner.node.body):
-            found = self._jit_assignment(statement, owner)
-            if found is None or _assignments(owner.node, found[0]) != 1:
-                continue
-            assert isinstance(statement, ast.Assign)
-            yield statement, *found
+        assigned twice in ``owner`` is left out, as the run could bind either,
+        and so are returned jits where ``owner`` returns more than one."""
+        found = [
+            (statement, jitted)
+            for statement in function_statements(owner.node.body)
+            if (jitted := self._jit_assignment(statement, owner)) is not None
+        ]
+        returned = sum(1 for _, (name, _, _) in found if name == RETURNED)
+        for statement, (name, record, made) in found:
+            once = returned if name == RETURNED else _assignments(owner.node, name)
+            if once == 1:
+                assert isinstance(statement, ast.Assign | ast.Return)
+                yield statement, name, record, made
 
     def _scope_variables(
-        self, statement: ast.Assign, owner: Definition | None
+        self, statement: ast.Assign | ast.Return, owner: Definition | None
     ) -> Callable[[str], ast.Assign | None]:
         """Where ``statement``'s scope (``owner``'s body, or the module) sets
         a variable once, before ``statement``: ``f = partial(g, 1)`` read by
@@ -257,7 +282,7 @@ class Definitions:
                 return _assignments(node, name)
             return len(self.names.bindings.get(name, ()))
 
-        target = statement.targets[0]
+        target = statement.targets[0] if isinstance(statement, ast.Assign) else None
 
         def variable(name: str) -> ast.Assign | None:
             found = [
@@ -288,8 +313,10 @@ class Definitions:
         through its value (``marginal_likelihood = partial(gp, ...)``)."""
         if isinstance(node, ast.Name):
             held = None if node.id in seen else variable(node.id)
-            if held is None:
+            if held is None:  # a def
                 return _Made(node.id)
+            if isinstance(held.value, ast.Lambda):  # a def by another spelling
+                return _Made(node.id, via=(held.lineno,))
             through = self._made(held.value, variable, seen | {node.id})
             if through is None:
                 return None
@@ -316,7 +343,7 @@ class Definitions:
 
     def _jitted(
         self,
-        statement: ast.Assign,
+        statement: ast.Assign | ast.Return,
         name: str,
         record: Definition,
         made: _Made,
@@ -437,6 +464,30 @@ def _static(call: ast.Call) -> tuple[int | str, ...]:
         items = value if isinstance(value, tuple | list) else [value]
         found.extend(v for v in items if isinstance(v, int | str) and not isinstance(v, bool))
     return tuple(found)
+
+
+def _named_lambda(statement: ast.stmt) -> ast.FunctionDef | None:
+    """``name = lambda args: body`` as the def it stands for, at its place."""
+    if not (
+        isinstance(statement, ast.Assign)
+        and len(statement.targets) == 1
+        and isinstance(statement.targets[0], ast.Name)
+        and isinstance(statement.value, ast.Lambda)
+    ):
+        return None
+    value = statement.value
+    since_312: dict[str, Any] = (
+        {"type_params": []} if "type_params" in ast.FunctionDef._fields else {}
+    )
+    node = ast.FunctionDef(
+        name=statement.targets[0].id,
+        args=value.args,
+        body=[ast.copy_location(ast.Return(value.body), value)],
+        decorator_list=[],
+        returns=None,
+        **since_312,
+    )
+    return ast.copy_location(node, statement)
 
 
 def _locals(node: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:

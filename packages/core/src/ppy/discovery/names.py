@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from typing import Final
 
 __all__ = [
+    "RETURNED",
     "Names",
     "function_statements",
     "imported_modules",
@@ -20,6 +21,10 @@ __all__ = [
     "module_statements",
     "nested_blocks",
 ]
+
+#: The name of a jit a function makes and returns, no name holding it
+#: (``return jax.jit(vmap(predict))`` in ``train``: ``train.<locals>.<return>``).
+RETURNED: Final = "<return>"
 
 _TYPE_ALIAS: Final = frozenset({"typing.TypeAlias", "typing_extensions.TypeAlias"})
 

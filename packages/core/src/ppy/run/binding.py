@@ -43,7 +43,7 @@ from types import CodeType, ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ppy._hook import PpyFinder, find_ppy_source
-from ppy.discovery.names import function_statements
+from ppy.discovery.names import RETURNED, function_statements
 from ppy.layout import module_name
 from ppy.run.made import MadeJits
 from ppy.runtime import NotBound, Runtime
@@ -123,12 +123,16 @@ def _call_sites(tree: ast.Module, staged: frozenset[str]) -> dict[str, tuple[str
         return found
     for owner in _top_level_defs(tree.body):
         for statement in function_statements(owner.body):
-            name = _bound_name(statement)
+            returned = isinstance(statement, ast.Return) and isinstance(statement.value, ast.Call)
+            name = RETURNED if returned else _bound_name(statement)
             qualname = f"{owner.name}.<locals>.{name}"
-            if qualname in staged and isinstance(statement, ast.Assign):
-                value = statement.value
+            value = statement.value if isinstance(statement, ast.Assign | ast.Return) else None
+            if qualname in staged and value is not None:
+                # A function returns one jit at most (discovery): the lines of
+                # its other returns never call jax.jit themselves.
                 end = value.end_lineno or value.lineno
-                found[qualname] = (owner.name, tuple(range(value.lineno, end + 1)))
+                lines = found.get(qualname, (owner.name, ()))[1]
+                found[qualname] = (owner.name, (*lines, *range(value.lineno, end + 1)))
     return found
 
 
