@@ -216,6 +216,41 @@ def test_missing_shape_names_the_parameter(tmp_path: Path) -> None:
     assert decision.signature == "pair(x: float32[B,4], y: int32[?])"
 
 
+def test_what_a_recording_could_not_describe_is_named_with_what_describes_it(
+    tmp_path: Path,
+) -> None:
+    """Recorded calls that passed arrays laid out over several devices leave
+    the parameters undescribed: the build says so, and points to ppy.Sharding
+    and ppy.Like, not to a recording the program already has."""
+    from ppy.record.apply import apply_recording
+    from ppy.record.format import FunctionCalls, Signatures
+
+    source = MODEL + "\n@jax.jit\ndef step(params, batch, scale):\n    return batch\n"
+    module = discover_source(source, module="model", path="model.ppy")
+    calls = FunctionCalls()
+    array = {"array": "float32[8,4]", "sharded": True}
+    calls.add(
+        {"params": {"nest": {"list": [array]}}, "batch": array, "scale": {"array": "float32[]"}}, 5
+    )
+    recording = Signatures(runs=1)
+    recording.functions["model.step"] = calls
+    recorded = apply_recording(module, recording)
+    step = next(f for f in recorded.functions if f.qualname == "step")
+    plugins = {"jax.jit": FakePlugin()}
+    decision = decide(step, recorded, config_for(tmp_path), plugins, GRANTED)
+    assert decision is not None and decision.rule == "missing-shape"
+    assert decision.reason == (
+        "parameters 'params', 'batch' are not described; the trace needs each input's dims; "
+        "the recording could not describe 'params', 'batch'"
+    )
+    assert decision.remedy is not None
+    assert "ppy record" not in decision.remedy
+    assert "batch: laid out over several devices; describe its sharding with ppy.Sharding" in (
+        decision.remedy
+    )
+    assert "params: holds arrays laid out over several devices" in decision.remedy
+
+
 def test_missing_dtype_names_every_parameter(tmp_path: Path) -> None:
     source = MODEL + "\n@jax.jit\ndef pair(x: Annotated[jax.Array, ppy.Shape(3)], y, *, k=1):\n"
     source += "    return x\n"

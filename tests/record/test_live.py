@@ -202,6 +202,21 @@ if __name__ == "__main__":
 """
 
 
+#: The same under the main guard, as jax's onnx2xla example writes it.
+GUARDED_LAMBDA = """
+import sys
+
+import jax.numpy as jnp
+from jax import jit
+
+if __name__ == "__main__":
+    scale = float(sys.argv[1]) if len(sys.argv) > 1 else 1.0
+    predict = lambda inputs: jnp.tanh(inputs * scale)
+    compiled_predict = jit(predict)
+    for _ in range(3):
+        print(compiled_predict(jnp.ones((2, 4))))
+"""
+
 #: A jit of a lambda main() names, as jax's onnx2xla example compiles its predictor.
 LAMBDA = """
 import sys
@@ -553,14 +568,20 @@ def test_a_jit_a_function_returns_is_staged_where_it_is_made(tmp_path: Path) -> 
     assert {e["category"] for e in other.fallbacks()} == {"captured"}
 
 
-def test_a_jit_of_a_named_lambda_is_staged(tmp_path: Path) -> None:
-    """``compiled_predict = jit(predict)`` with ``predict`` a lambda of main():
-    staged for its calls, and jit's where what the lambda closes over changed."""
-    root, cache = _recorded(tmp_path, LAMBDA)
+@pytest.mark.parametrize(
+    ("source", "name"),
+    [(LAMBDA, "main.<locals>.compiled_predict"), (GUARDED_LAMBDA, "compiled_predict")],
+    ids=["in-main", "under-the-main-guard"],
+)
+def test_a_jit_of_a_named_lambda_is_staged(tmp_path: Path, source: str, name: str) -> None:
+    """``compiled_predict = jit(predict)`` with ``predict`` a lambda of main(),
+    or of the main guard: staged for its calls, bound by the line that makes
+    it, and jit's where what the lambda closes over changed."""
+    root, cache = _recorded(tmp_path, source)
     assert _ppy(root, cache, "build").returncode == 0
     same = differential(root, cache=cache, build=False)
-    assert same.staged_calls("main.<locals>.compiled_predict") == 3
+    assert same.staged_calls(name) == 3
     assert not same.fallbacks()
     other = differential(root, "2.0", cache=cache, build=False)
-    assert other.staged_calls("main.<locals>.compiled_predict") == 0
+    assert other.staged_calls(name) == 0
     assert {e["category"] for e in other.fallbacks()} == {"captured"}

@@ -107,9 +107,19 @@ _VALUE_ANNOTATIONS: Final = frozenset({"bool", "int", "float", "str", "complex"}
 
 def _remedies(missing: Sequence[Parameter]) -> str:
     """How to describe ``missing``: one line for all the unannotated ones (a
-    recording describes them all at once), each annotation's own otherwise."""
-    bare = [p for p in missing if not (p.annotation or "").strip() and p.spec.dtype is None]
-    others = [_describe_remedy(p) for p in missing if p not in bare]
+    recording describes them all at once), each annotation's own otherwise;
+    what a recording could not describe, by what does."""
+    unrecorded = [p for p in missing if p.unrecorded is not None]
+    bare = [
+        p
+        for p in missing
+        if not (p.annotation or "").strip() and p.spec.dtype is None and p not in unrecorded
+    ]
+    others = [
+        f"{p.name}: {p.unrecorded}" if p in unrecorded else _describe_remedy(p)
+        for p in missing
+        if p not in bare
+    ]
     if len(bare) > 1:
         names = ", ".join(p.name for p in bare)
         others.insert(
@@ -290,6 +300,9 @@ def _spec_checks(function: FunctionInfo, plugin: Plugin) -> list[Check]:
             if undescribed
             else f"{noun} {_names(missing)} {has} no {marker}; the trace needs each input's {what}"
         )
+        unrecorded = [p for p in missing if p.unrecorded is not None]
+        if unrecorded:
+            detail += f"; the recording could not describe {_names(unrecorded)}"
         remedy = _remedies(missing)
         checks.append(Check(rule, False, detail, remedy))
     return checks

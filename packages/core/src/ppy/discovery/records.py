@@ -84,6 +84,9 @@ class Parameter:
     #: Recorded plain lists, tuples and dicts of arrays (``ppy record``): the
     #: structure as JSON, each array leaf ``{"dims": [...], "dtype": ...}``.
     nest: str | None = None
+    #: Why the recorded calls did not describe it, where they could not (an
+    #: array laid out over several devices), with what describes it instead.
+    unrecorded: str | None = None
 
     @property
     def described(self) -> bool:

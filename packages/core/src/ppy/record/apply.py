@@ -70,6 +70,8 @@ def _described(
     ):
         return dataclasses.replace(parameter, nest=json.dumps(recorded.nest))
     if recorded.dims is None or recorded.dtype is None:
+        if recorded.why_not is not None and not parameter.described:
+            return dataclasses.replace(parameter, unrecorded=recorded.why_not)
         return parameter
     if parameter.described or parameter.spec.problems:
         _disagreement(function, parameter, recorded)

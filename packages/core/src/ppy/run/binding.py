@@ -43,7 +43,7 @@ from types import CodeType, ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ppy._hook import PpyFinder, find_ppy_source
-from ppy.discovery.names import RETURNED, function_statements
+from ppy.discovery.names import RETURNED, function_statements, module_statements
 from ppy.layout import module_name
 from ppy.run.made import MadeJits
 from ppy.runtime import NotBound, Runtime
@@ -119,6 +119,14 @@ def _call_sites(tree: ast.Module, staged: frozenset[str]) -> dict[str, tuple[str
     """``BoundSource.sites``: discovery took only calls whose name is
     assigned once in its function."""
     found: dict[str, tuple[str, tuple[int, ...]]] = {}
+    # ``name = jax.jit(...)`` at module level inside a block (the main guard,
+    # a loop): no statement after it binds the name at the top level, so
+    # its line does, where the module's code calls jax.jit.
+    top = {id(statement) for statement in tree.body}
+    for statement in module_statements(tree.body):
+        name = _bound_name(statement)
+        if name in staged and isinstance(statement, ast.Assign) and id(statement) not in top:
+            found[name] = ("<module>", _lines(statement.value))
     if not any(".<locals>." in name for name in staged):
         return found
     for owner in _top_level_defs(tree.body):
@@ -126,14 +134,18 @@ def _call_sites(tree: ast.Module, staged: frozenset[str]) -> dict[str, tuple[str
             returned = isinstance(statement, ast.Return) and isinstance(statement.value, ast.Call)
             name = RETURNED if returned else _bound_name(statement)
             qualname = f"{owner.name}.<locals>.{name}"
-            value = statement.value if isinstance(statement, ast.Assign | ast.Return) else None
-            if qualname in staged and value is not None:
+            made = statement.value if isinstance(statement, ast.Assign | ast.Return) else None
+            if qualname in staged and made is not None:
                 # A function returns one jit at most (discovery): the lines of
                 # its other returns never call jax.jit themselves.
-                end = value.end_lineno or value.lineno
                 lines = found.get(qualname, (owner.name, ()))[1]
-                found[qualname] = (owner.name, (*lines, *range(value.lineno, end + 1)))
+                found[qualname] = (owner.name, (*lines, *_lines(made)))
     return found
+
+
+def _lines(node: ast.expr) -> tuple[int, ...]:
+    """The lines an expression spans: jax.jit is called from one of them."""
+    return tuple(range(node.lineno, (node.end_lineno or node.lineno) + 1))
 
 
 def _top_level_defs(body: Sequence[ast.stmt]) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
