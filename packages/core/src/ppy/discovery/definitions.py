@@ -308,9 +308,10 @@ class Definitions:
         seen: frozenset[str] = frozenset(),
     ) -> _Made | None:
         """What a jitted expression makes of a function, or None for anything
-        else (a lambda, a call of the program's own, a closure). A name that
-        is no def of the module's but a ``variable`` of the scope is read
-        through its value (``marginal_likelihood = partial(gp, ...)``)."""
+        else (a lambda written in the call, a call of the program's own). A
+        name that is no def but a ``variable`` of the scope is read through
+        its value (``marginal_likelihood = partial(gp, ...)``); one that holds
+        a lambda is that lambda's def (``_named_lambda``)."""
         if isinstance(node, ast.Name):
             held = None if node.id in seen else variable(node.id)
             if held is None:  # a def

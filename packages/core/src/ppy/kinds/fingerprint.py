@@ -316,22 +316,26 @@ def _sentinel_name(value: object) -> str:
 
     Such a sentinel holds nothing: code only asks whether a value *is* it
     (``axis_name is not core.no_axis_name``), so one sentinel is not another.
-    Made again in the next process under the same name, it is the same one. A
-    bare object no loaded module holds (made in a function) has no name, so
-    it cannot be compared and the function stays.
+    Made again in the next process under the same name, it is the same one.
+    Where several modules hold it (a re-export), the first name in sorted
+    order is its name, whatever order the process imported them in. A bare
+    object no loaded module holds (made in a function) has no name, so it
+    cannot be compared and the function stays.
     """
     held = _SENTINELS.get(id(value))
     if held is not None and getattr(sys.modules.get(held[0]), held[1], None) is value:
         return ".".join(held)
-    for module_name, module in list(sys.modules.items()):
-        space = getattr(module, "__dict__", None)
-        if not isinstance(space, dict):
-            continue
-        for name, item in list(space.items()):
-            if item is value:
-                _SENTINELS[id(value)] = (module_name, name)
-                return f"{module_name}.{name}"
-    raise Unreadable("it is a bare object() that no module holds, so a run cannot tell which")
+    names = [
+        (module_name, name)
+        for module_name, module in list(sys.modules.items())
+        if isinstance(space := getattr(module, "__dict__", None), dict)
+        for name, item in list(space.items())
+        if item is value
+    ]
+    if not names:
+        raise Unreadable("it is a bare object() that no module holds, so a run cannot tell which")
+    _SENTINELS[id(value)] = min(names)
+    return ".".join(min(names))
 
 
 def _record(value: Any) -> bool:
