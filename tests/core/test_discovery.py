@@ -225,6 +225,29 @@ def test_a_jit_of_a_named_lambda_is_found_with_the_lambdas_parameters() -> None:
     assert (compiled.made, compiled.reads) == ("jit(predict)", ("predict",))
 
 
+def test_a_jit_made_under_the_main_guard_is_made_where_the_guard_runs() -> None:
+    """No name holds it once the build imports the module: it is a jit made
+    as the program runs, which reads what only the guard binds."""
+    module = discover(
+        """
+        import jax
+
+        def g(x):
+            return x
+
+        if __name__ == "__main__":
+            h = lambda x: x * 2
+            compiled = jax.jit(h)
+            other = jax.jit(g)
+        """
+    )
+    found = {f.qualname: f for f in module.functions if f.decorators}
+    assert {(f.scope, f.made, f.reads) for f in found.values()} == {
+        ("main", "jax.jit(h)", ("h",)),
+        ("main", "jax.jit(g)", ()),
+    }
+
+
 def test_a_jit_a_function_returns_is_found_under_its_return() -> None:
     module = discover(
         """

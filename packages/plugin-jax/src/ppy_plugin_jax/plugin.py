@@ -422,7 +422,7 @@ def _scope(function: FunctionInfo) -> Check:
         )
     where = _MADE[function.scope]
     if function.made is not None and function.reads:
-        owner = function.qualname.rpartition(".<locals>.")[0]
+        owner = function.qualname.rpartition(".<locals>.")[0] or "the main guard"
         return Check(
             "scope",
             False,

@@ -122,6 +122,14 @@ class Definitions:
             for node in ast.walk(block)
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
         }
+        #: The lines of the statements under the main guard: the build's
+        #: import does not run them.
+        self._guarded = {
+            node.lineno
+            for block in tree.body
+            if isinstance(block, ast.If) and is_main_guard(block.test)
+            for node in module_statements(block.body)
+        }
         self._collect(tree.body, prefix="", scope="module", owner=None)
 
     def resolve(self, node: ast.expr) -> str | None:
@@ -176,7 +184,19 @@ class Definitions:
         module-level ``f = jax.jit(g)`` is a function ``f`` with ``g``'s signature."""
         found = [self._function(d, differentiated.get(d.qualname)) for d in self.defs]
         for statement, name, record, made in self._jitted_by_call():
-            found.append(self._jitted(statement, name, record, made, differentiated))
+            jitted = self._jitted(statement, name, record, made, differentiated)
+            if statement.lineno in self._guarded:
+                # Made under the main guard: no name holds it once the build
+                # imports the module; the call is made again, or recorded
+                # where it reads what only the guard binds.
+                reads = {n.id for n in ast.walk(statement.value) if isinstance(n, ast.Name)}
+                jitted = dataclasses.replace(
+                    jitted,
+                    scope="main",
+                    made=ast.unparse(statement.value),
+                    reads=tuple(sorted(n for n in reads if self._guard_only(n))),
+                )
+            found.append(jitted)
         for owner in self.defs:
             if owner.scope in ("module", "main"):
                 local = _locals(owner.node)
@@ -196,6 +216,11 @@ class Definitions:
                     )
         order = {"module": 0, "method": 1, "nested": 1, "main": 1}
         return tuple(sorted(found, key=lambda f: (order[f.scope], f.lineno)))
+
+    def _guard_only(self, name: str) -> bool:
+        """Whether only statements under the main guard bind ``name``."""
+        lines = self.names.bindings.get(name, [])
+        return bool(lines) and all(line in self._guarded for line in lines)
 
     def _jitted_by_call(self) -> Iterator[tuple[ast.Assign, str, Definition, _Made]]:
         """Module-level ``name = jax.jit(made, ...)``, where ``made`` is a

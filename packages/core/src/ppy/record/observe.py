@@ -133,7 +133,7 @@ class Recorder:
         if keywords & {"donate_argnums", "donate_argnames"}:
             return None  # an export would not give the buffers up: the build says why
         if function.reads:  # made by a call that reads variables of the function around it
-            owner = qualname.rpartition(".<locals>.")[0]
+            owner = qualname.rpartition(".<locals>.")[0] or "the main guard"
             why: str | None = (
                 f"it is made by a call that reads {', '.join(function.reads)} of {owner}"
             )
