@@ -149,8 +149,9 @@ class LiveWatch:
     def note(
         self, positional: tuple[str, ...], args: tuple[Any, ...], kwargs: Mapping[str, Any]
     ) -> None:
-        """Count this call's signature; a call that leaves a parameter to its
-        default, or passes a leaf jit cannot take, is left to the file alone."""
+        """Count this call's signature; a call that leaves out other parameters
+        than the first call noted (``defaulted``), or passes a leaf jit
+        cannot take, is left to the file alone."""
         values = dict(zip(positional, args, strict=False))
         values.update(kwargs)
         left = frozenset(n for n, _ in self.parameters if n not in values)

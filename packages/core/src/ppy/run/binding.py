@@ -116,8 +116,10 @@ def bind_source(source: bytes, filename: str, staged: frozenset[str]) -> BoundSo
 
 
 def _call_sites(tree: ast.Module, staged: frozenset[str]) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """``BoundSource.sites``: discovery took only calls whose name is
-    assigned once in its function."""
+    """``BoundSource.sites``: the lines of each staged jit made by a call,
+    by the function that makes it (``<module>`` for module-level code).
+    Discovery took only calls whose name is assigned once in its function,
+    and a function's one ``return jax.jit(...)``."""
     found: dict[str, tuple[str, tuple[int, ...]]] = {}
     # ``name = jax.jit(...)`` at module level inside a block (the main guard,
     # a loop): no statement after it binds the name at the top level, so
