@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import json
 import operator
 import re
 import subprocess
@@ -24,6 +25,7 @@ from ppy.artifact.entry import Entry
 from ppy.artifact.model import Artifact, ModuleRecord
 from ppy.artifact.read import read_artifact
 from ppy.artifact.write import write_artifact
+from ppy.kinds import statics
 from ppy.kinds.base import KindError
 from ppy.kinds.jax_export import Captured, JaxExport, Variant
 from ppy.kinds.xla_scalar import XlaScalar
@@ -206,6 +208,11 @@ def test_a_malformed_scalar_entry_names_its_field(
             "metadata.variants[0].uses_shape_polymorphism",
         ),
         ({"variant": {"static": {}}}, "metadata.variants[0].static"),
+        ({"variant": {"static": {"training": [1]}}}, "metadata.variants[0].static.training"),
+        (
+            {"variant": {"static": {"training": {"function": "f", "fingerprint": "sha256:0"}}}},
+            "metadata.variants[0].static.training",
+        ),
         ({"variant": {"inputs": [{"dims": "B"}]}}, "metadata.variants[0].inputs"),
         ({"variants": []}, "metadata.variants"),
         ({"drop": "traced"}, "metadata.traced"),
@@ -409,3 +416,25 @@ def test_plugins_and_runtime_read_no_entry_field_by_its_key() -> None:
                 if isinstance(target, ast.Attribute) and target.attr in ("metadata", "payload"):
                     reads.append(f"{name}:{node.lineno} reads .{target.attr} by key")
     assert reads == []
+
+
+def test_a_static_value_keys_its_variant_as_the_metadata_writes_it() -> None:
+    """A call's static value and the metadata's JSON of it pick the same
+    variant: a tuple item by item, each by its exact type; a function by its
+    fingerprint, whichever object it is."""
+
+    def fingerprint(function: Any) -> str:
+        return "sha256:" + ",".join(function.__code__.co_varnames)
+
+    def described(function: Any) -> dict[str, Any]:
+        return {"function": "f", "fingerprint": fingerprint(function), "reads": []}
+
+    value = (-2, 2.0, lambda x: x)
+    written = json.loads(json.dumps(statics.to_json(value, described)))
+    assert statics.key(value, fingerprint) == statics.key_of_json(written)
+    assert statics.key((-2, 2.0, lambda x: x + 1), fingerprint) == statics.key_of_json(written)
+    assert statics.key((-2, 2.0, lambda y: y), fingerprint) != statics.key_of_json(written)
+    assert statics.key((-2, 2, lambda x: x), fingerprint) != statics.key_of_json(written)
+    assert statics.key(1, fingerprint) != statics.key_of_json(True)
+    with pytest.raises(ValueError, match="cannot hold"):
+        statics.to_json([1], described)

@@ -24,8 +24,14 @@ STAGED = {
     "private_sgd": {"main.<locals>.private_update": 9, "main.<locals>.evaluate": 3},
     # update takes a legacy uint32 key, sample_mean a typed one; negative_elbo's
     # plain calls (under grad, jit's gradient: no staged-vjp). grid_mass takes
-    # a lambda as a static argument (docs/recording.md, not yet recorded).
-    "variational_fit": {"main.<locals>.update": 20, "sample_mean": 2, "negative_elbo": 2},
+    # a lambda written in the call as a static argument, made anew by each
+    # call, and served by its fingerprint.
+    "variational_fit": {
+        "main.<locals>.update": 20,
+        "sample_mean": 2,
+        "negative_elbo": 2,
+        "grid_mass": 3,
+    },
 }
 
 #: absl, which private_sgd reads its flags with, comes with optax: the quick

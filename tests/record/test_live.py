@@ -240,6 +240,46 @@ if __name__ == "__main__":
 """
 
 
+#: A jitted helper given the program's lambdas as a static argument, as jax's
+#: advi example evaluates its densities on a grid.
+STATIC_FUNCTIONS = """
+import sys
+from functools import partial
+
+import jax.numpy as jnp
+from jax import jit, vmap
+
+SCALE = 2.0
+
+
+def density(x):
+    return jnp.exp(-jnp.sum(x**2) / SCALE)
+
+
+@partial(jit, static_argnums=(0, 1, 3))
+def mesh_eval(func, limits, params, num_ticks):
+    x = jnp.linspace(*limits, num=num_ticks)
+    xy = jnp.stack([x, x]).T
+    return vmap(func, in_axes=(0, None))(xy, params).sum()
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1] if len(sys.argv) > 1 else ""
+    if mode == "scale":
+        SCALE = 3.0
+    if mode == "other":
+        target = lambda x, _: density(x) * 2
+    else:
+        target = lambda x, _: density(x)
+    approx = lambda x, p: jnp.exp(-jnp.sum((x - p[0]) ** 2) * p[1])
+    params = (jnp.zeros(2), jnp.ones(()))
+    for _ in range(3):
+        print(mesh_eval(target, (-2, 2), 1, 11))
+        print(mesh_eval(approx, (-2, 2), params, 11))
+        params = (params[0] + 0.1, params[1] * 1.1)
+"""
+
+
 def _recorded(tmp_path: Path, source: str, **env: str) -> tuple[Path, Path]:
     """A project of ``source`` recorded once: its root and its executable cache."""
     root = tmp_path / "project"
@@ -585,3 +625,26 @@ def test_a_jit_of_a_named_lambda_is_staged(tmp_path: Path, source: str, name: st
     other = differential(root, "2.0", cache=cache, build=False)
     assert other.staged_calls(name) == 0
     assert {e["category"] for e in other.fallbacks()} == {"captured"}
+
+
+def test_functions_passed_as_static_arguments_are_staged_by_their_fingerprint(
+    tmp_path: Path,
+) -> None:
+    """Lambdas made under the main guard, passed to a jitted function as a
+    static argument (with a tuple): exported from the recorded run, one
+    variant each, and served to the lambdas the next run makes again. A
+    lambda of other code, or one whose trace reads a global the program set
+    otherwise, takes jit's path, naming why."""
+    root, cache = _recorded(tmp_path, STATIC_FUNCTIONS)
+    built = _ppy(root, cache, "build")
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert "staged 1 of 1" in built.stdout, built.stdout
+    same = differential(root, cache=cache, build=False)
+    assert same.staged_calls("mesh_eval") == 6
+    assert not same.fallbacks()
+    changes = [("other", "static", "func=the function"), ("scale", "captured", "SCALE")]
+    for mode, category, named in changes:
+        changed = differential(root, mode, cache=cache, build=False)
+        assert changed.staged_calls("mesh_eval") == 3, mode
+        (fallback,) = {(str(e["category"]), str(e["reason"])) for e in changed.fallbacks()}
+        assert fallback[0] == category and named in fallback[1], fallback

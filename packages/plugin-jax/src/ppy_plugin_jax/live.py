@@ -24,6 +24,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ppy.kinds.fingerprint import DEFAULT_LIMIT
@@ -124,7 +125,7 @@ def _exported(request: LiveRequest) -> Entry:
             first = first or inputs
             try:
                 variants.append(
-                    _variant(fn, params, family[0], inputs, shared, recorded=True, vjp=vjp)
+                    _variant(fn, params, family[0], inputs, shared, main, recorded=True, vjp=vjp)
                 )
                 served += sum(call.count for call in family)
                 notes.append(_symbolic(general, family))
@@ -136,7 +137,7 @@ def _exported(request: LiveRequest) -> Entry:
         for call in family[:room]:
             inputs = _inputs(call, main)
             first = first or inputs
-            variants.append(_variant(fn, params, call, inputs, shared, vjp=vjp))
+            variants.append(_variant(fn, params, call, inputs, shared, main, vjp=vjp))
             served += call.count
     traced_under = read_config(jax.config, jax_config.trace_context_names())
     assert first is not None
@@ -195,6 +196,7 @@ def _variant(
     call: LiveCall,
     inputs: Any,
     shared: Mapping[str, Any],
+    main: str | None,
     *,
     recorded: bool = False,
     vjp: bool = False,
@@ -212,10 +214,45 @@ def _variant(
     wide = any(spec["dtype"] in worker._WIDE for spec in inputs.specs)
     flat = worker._Flat(fn, params, inputs)
     with jax_config.enable_x64(True) if wide else contextlib.nullcontext():
-        result: tuple[Any, tuple[str, ...]] = worker._variant(
+        variant, platforms = worker._variant(
             flat, dict(call.static), inputs, shared, recorded=recorded, vjp=vjp
         )
-    return result
+    static = {name: _static(name, value, shared, main) for name, value in call.static.items()}
+    return replace(variant, static=static), platforms
+
+
+def _static(name: str, value: Any, shared: Mapping[str, Any], main: str | None) -> Any:
+    """A static value as the variant's metadata holds it (``ppy.kinds.statics``):
+    a function the program made (a lambda of ``main()``) by its fingerprint
+    and what its trace read, which the run compares where jit would trace."""
+    import jax
+    from ppy.kinds import statics
+    from ppy.kinds.fingerprint import Unreadable, fingerprint
+
+    from ppy_plugin_jax import worker
+
+    def function(fn: Any) -> dict[str, Any]:
+        try:
+            digest = fingerprint(fn, flatten=jax.tree_util.tree_flatten, main=main)
+        except Unreadable as error:
+            raise worker._Refusal(
+                "static-args", f"static argument {name} cannot be compared at run time: {error}"
+            ) from None
+        reads = worker._captures(fn, shared, main)
+        label = getattr(fn, "__qualname__", type(fn).__name__)
+        return {
+            "function": label,
+            "fingerprint": digest,
+            "reads": [
+                replace(c, name=f"{c.name} (read by static argument {name}, {label})").to_json()
+                for c in reads
+            ],
+        }
+
+    try:
+        return statics.to_json(value, function)
+    except ValueError as error:
+        raise worker._Refusal("static-args", str(error)) from None
 
 
 def _inputs(

@@ -3,7 +3,9 @@
 ``score(x)``, ``score(x=x)`` and ``step(params, batch, training=True)`` all
 reach the same export: the call is bound to the Python function's signature
 (defaults applied to static parameters), its static values pick the
-export's variant, and its traced parameters, in signature order, are the
+export's variant (keyed as ``ppy.kinds.statics`` keys them: a function by
+its fingerprint, taken once per function object, as jit keys its cache by
+the object), and its traced parameters, in signature order, are the
 pytree whose leaves the export takes. An entry that lists them in another
 order is not bound. The arguments jax's dispatcher keys
 its cache by are the call's own, less the static ones, as jit removes them:
@@ -12,18 +14,22 @@ by position (``static_argnums``) and by name (``static_argnames``).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from ppy.kinds import statics
+from ppy.kinds.fingerprint import Unreadable, fingerprint
 
 from ppy_runtime_pjrt.guard import Fallback
 
 __all__ = ["Bound", "Calls"]
 
-#: A static value as the variants are keyed: its exact type, then itself
-#: (so that ``1`` is not taken for ``True``).
-StaticKey = tuple[tuple[type, Any], ...]
+#: The static values as the variants are keyed (``ppy.kinds.statics.key``).
+StaticKey = tuple[Hashable, ...]
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,8 @@ class Bound:
 
     #: The static parameters' values, keyed as ``Calls.key`` keys a variant.
     static: StaticKey
+    #: The static parameters' values themselves.
+    values: tuple[Any, ...]
     #: The traced parameters' values, in signature order.
     traced: tuple[Any, ...]
     #: The call's arguments without the static ones: what the executable takes.
@@ -43,8 +51,15 @@ class Calls:
     """Binds calls of one function; ``traced`` and ``static`` are the entry's names."""
 
     def __init__(
-        self, function: Callable[..., Any], traced: Sequence[str], static: Sequence[str]
+        self,
+        function: Callable[..., Any],
+        traced: Sequence[str],
+        static: Sequence[str],
+        module: str | None = None,
     ) -> None:
+        """``module``: the entry's module, the name the program's own module
+        had when it was exported (it runs as ``__main__``)."""
+        self.fingerprints = _Fingerprints(module)
         self.signature = inspect.signature(function)
         parameters = self.signature.parameters
         missing = [name for name in (*traced, *static) if name not in parameters]
@@ -73,10 +88,6 @@ class Calls:
         self.static_argnames = tuple(
             name for name in static if parameters[name].kind != parameters[name].POSITIONAL_ONLY
         )
-
-    @staticmethod
-    def key(values: Sequence[Any]) -> StaticKey:
-        return tuple((type(v), v) for v in values)
 
     def with_traced(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], traced: Sequence[Any]
@@ -110,12 +121,40 @@ class Calls:
             )
         bound.apply_defaults()  # a static parameter left out takes its default, as in jit
         arguments = bound.arguments
-        static = self.key([arguments[name] for name in self.static])
+        values = tuple(arguments[name] for name in self.static)
         numbers = self.static_argnums
         names = self.static_argnames
         return Bound(
-            static=static,
+            static=tuple(statics.key(v, self.fingerprints) for v in values),
+            values=values,
             traced=tuple(arguments[name] for name in self.traced),
             args=tuple(a for i, a in enumerate(args) if i not in numbers),
             kwargs={k: v for k, v in kwargs.items() if k not in names},
         )
+
+
+class _Fingerprints:
+    """A function's fingerprint, taken once per function object: a static
+    argument's key. jit keys its traces by the object too, and what the
+    function reads is checked again where jit would trace (``Conditions``)."""
+
+    def __init__(self, module: str | None) -> None:
+        self.module = module
+        self._known: weakref.WeakKeyDictionary[Any, str | None] = weakref.WeakKeyDictionary()
+
+    def __call__(self, function: Any) -> str | None:
+        try:
+            return self._known[function]
+        except (KeyError, TypeError):  # not seen, or not weakly referable
+            pass
+        import jax
+
+        try:
+            found: str | None = fingerprint(
+                function, limit=1 << 62, flatten=jax.tree_util.tree_flatten, main=self.module
+            )
+        except Unreadable:
+            found = None  # no variant is keyed by it: jit's path
+        with contextlib.suppress(TypeError):
+            self._known[function] = found
+        return found

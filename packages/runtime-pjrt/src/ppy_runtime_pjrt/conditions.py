@@ -23,7 +23,7 @@ checked as jit checks its own, by jax's output hook.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from ppy.kinds.fingerprint import Unreadable, fingerprint, resolve
@@ -81,25 +81,37 @@ class Conditions:
                 self._verdicts[context] = verdict
         return verdict
 
-    def captured(self, signature: Hashable) -> Fallback | None:
+    def captured(
+        self, signature: Hashable, statics: Sequence[tuple[Any, Sequence[Captured]]] = ()
+    ) -> Fallback | None:
         """Why a value the trace read is not what the build saw, or None,
         decided where jit would trace: once per abstract ``signature`` (the
-        call's statics, structure and leaf avals) and trace context."""
-        if not self.captures:
+        call's statics, structure and leaf avals) and trace context.
+        ``statics``: each function the call passes as a static argument, with
+        what must hold of it, each path followed from that function."""
+        if not self.captures and not statics:
             return None
         key = (self.context(), signature)
         try:
             verdict = self.traces.verdicts.get(key, ...)
         except TypeError:  # a key jax cannot hash: compared every time
-            return self._compare()
+            return self._compare(statics)
         if verdict is ...:
-            verdict = self.traces.verdicts[key] = self._compare()
+            verdict = self.traces.verdicts[key] = self._compare(statics)
         return verdict
 
-    def _compare(self) -> Fallback | None:
-        for capture in self.captures:
+    def _compare(self, statics: Sequence[tuple[Any, Sequence[Captured]]]) -> Fallback | None:
+        roots = [(self.original, self.captures), *statics]
+        for root, captures in roots:
+            verdict = self._compare_from(root, captures)
+            if verdict is not None:
+                return verdict
+        return None
+
+    def _compare_from(self, root: Any, captures: Sequence[Captured]) -> Fallback | None:
+        for capture in captures:
             try:
-                value = resolve(self.original, capture.path)
+                value = resolve(root, capture.path)
                 now = fingerprint(value, limit=1 << 62, flatten=self._flatten, main=self.module)
             except (LookupError, AttributeError):
                 return Fallback("captured", f"{capture.name} is gone from the program")

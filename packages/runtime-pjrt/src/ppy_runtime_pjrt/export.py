@@ -24,10 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ppy.kinds import statics
 from ppy.kinds.base import KindError
 from ppy.kinds.fingerprint import Unreadable, python_function
 from ppy.kinds.jax_compat import outside_window
-from ppy.kinds.jax_export import JaxExport, Variant
+from ppy.kinds.jax_export import Captured, JaxExport, Variant, function_reads
 from ppy.kinds.keys import is_key, jax_dtype, key_array_type
 from ppy.kinds.pytrees import Unrebuildable, rebuild, structure
 from ppy.kinds.tracers import primals
@@ -87,7 +88,10 @@ class Staged:
         guard: Guard,
         module: str,
         placement: Placement | None = None,
+        static: tuple[str, ...] = (),
     ) -> None:
+        """``static``: the entry's static parameters, in the order a call's
+        values come (``Bound.values``)."""
         self.variant = variant
         self.exported = exported
         self.guard = guard
@@ -106,6 +110,25 @@ class Staged:
         self.differs: str | None = None
         self.trees: dict[Any, Any] = {}
         self.executables: Executables | None = None
+        #: The functions among its static values (``ppy.kinds.statics.reads``):
+        #: each one's index among the statics, where it is in that value, and
+        #: what must hold of it.
+        self._reads = tuple(
+            (index, where, function_reads(found))
+            for index, name in enumerate(static)
+            for where, found in statics.reads(variant.static[name])
+        )
+
+    def reads(self, values: tuple[Any, ...]) -> tuple[tuple[Any, tuple[Captured, ...]], ...]:
+        """Each function among a call's static ``values`` with what must hold
+        of it: its own fingerprint, and what its trace read."""
+        found = []
+        for index, where, captures in self._reads:
+            value = values[index]
+            for step in where:
+                value = value[step]
+            found.append((value, captures))
+        return tuple(found)
 
     def serving(self, calls: Calls) -> Callable[..., Any]:
         """What jit compiles for a call of this variant: the call bound, the
@@ -297,8 +320,8 @@ class StagedFunction:
         except TypeError:  # an unhashable static value: jit refuses it too
             choices = None
         if choices is None:
-            pairs = zip(self.calls.static, bound.static, strict=True)
-            shown = ", ".join(f"{name}={_shown(value)}" for name, (_, value) in pairs)
+            pairs = zip(self.calls.static, bound.values, strict=True)
+            shown = ", ".join(f"{name}={_shown(value)}" for name, value in pairs)
             return Fallback("static", f"{shown} is not among the values staged")
         leaves, in_tree = jax.tree_util.tree_flatten(bound.traced)
         # Under jax.grad the leaves are tracers at concrete points: those are checked.
@@ -331,8 +354,13 @@ class StagedFunction:
         # Where jit would trace (a new abstract signature or configuration),
         # and read the globals again: a key as fine as jit's trace cache's,
         # which keeps keyword names in the order given.
-        traced = (bound.static, jax.tree_util.tree_structure((args, kwargs)), tuple(kwargs))
-        captured = self.conditions.captured((traced, checked))
+        traced = (
+            bound.static,
+            bound.values,
+            jax.tree_util.tree_structure((args, kwargs)),
+            tuple(kwargs),
+        )
+        captured = self.conditions.captured((traced, checked), staged.reads(bound.values))
         if captured is not None:
             return captured
         if at is not None:
@@ -554,9 +582,12 @@ class Route:
 
 def _shown(value: Any) -> str:
     """A static value as the variants tell it apart: by its exact type too, so a
-    ``str`` subclass equal to a staged ``"a"`` is named as what it is."""
+    ``str`` subclass equal to a staged ``"a"`` is named as what it is; a
+    function by its name (they are told apart by code, closure and defaults)."""
     if type(value) in (bool, int, str, type(None)):
         return repr(value)
+    if statics.callable_static(value):
+        return f"the function {getattr(value, '__qualname__', type_name(type(value)))}"
     return f"{value!r} (a {type_name(type(value))})"
 
 
@@ -706,7 +737,7 @@ class ExportRuntime:
         contract, variants = self._contract(entry)
         function = python_function(original) or original
         try:
-            calls = Calls(function, contract.traced, contract.static)
+            calls = Calls(function, contract.traced, contract.static, entry.module)
         except (TypeError, ValueError) as error:
             raise NotBound(f"the function's signature is not the build's: {error}") from error
         cache: ExecutableCache | None = self._executable_cache()
@@ -754,7 +785,7 @@ class ExportRuntime:
             raise NotBound(f"{outside}; rebuild the artifact with this jax (`ppy build`)")
         variants: dict[Any, tuple[Staged, ...]] = {}
         for v in contract.variants:
-            key = Calls.key([v.static[name] for name in contract.static])
+            key = tuple(statics.key_of_json(v.static[name]) for name in contract.static)
             variants[key] = (*variants.get(key, ()), self._variant(entry, contract, v))
         self._read[entry.key] = contract, variants
         return contract, variants
@@ -811,7 +842,7 @@ class ExportRuntime:
                 f"{mesh.devices}; rebuild the artifact"
             )
         placement = Placement(mesh, variant.inputs) if mesh is not None else None
-        staged = Staged(variant, exported, guard, entry.module, placement)
+        staged = Staged(variant, exported, guard, entry.module, placement, contract.static)
         staged.uncompared = uncompared
         if deferred:
             staged.platform = functools.partial(_platform, entry, contract, variant, exported)

@@ -161,7 +161,11 @@ def _export_live(recorder: Recorder, config: Config) -> list[Entry] | None:
     the functions the build cannot make again; None where there are none to
     export. A failure is an event, never the program's: its output and exit
     status are already settled."""
-    live = [(m, q, w) for m, q, w in recorder.live.values() if w.counts and w.function is not None]
+    live = [
+        (m, q, w)
+        for m, q, w in recorder.live.values()
+        if w.counts and w.function is not None and w.why is not None
+    ]
     if not live:
         return None
     log = get_logger()

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ppy.kinds.base import Fields, Kind, KindError, member
+from ppy.kinds.statics import key_of_json, reads
 from ppy.spec import MeshSpec, TensorSpec
 
-__all__ = ["Captured", "JaxExport", "Variant"]
+__all__ = ["Captured", "JaxExport", "Variant", "function_reads"]
 
 
 @dataclass(frozen=True)
@@ -192,6 +193,13 @@ def _variant(item: Any, index: int, static: set[str], payload: Mapping[str, byte
         raise KindError(
             kind, f"metadata.{where}.static", f"must give a value to each of {sorted(static)}"
         )
+    for name, value in values.items():
+        try:
+            key_of_json(value)
+            for _, found in reads(value):
+                function_reads(found)
+        except (ValueError, TypeError, KeyError) as error:
+            raise KindError(kind, f"metadata.{where}.static.{name}", str(error)) from None
     specs: dict[str, tuple[TensorSpec, ...]] = {}
     for name in ("inputs", "outputs"):
         raw = item[name]
@@ -233,10 +241,34 @@ def _indices(value: Any, outputs: int, where: str) -> tuple[int, ...]:
 def _captures(fields: Fields, key: str) -> tuple[Captured, ...]:
     """``metadata.captures``: the values the trace read, each with its path and fingerprint."""
     value = fields.get(key)
+    try:
+        return _captured_list(value)
+    except ValueError as error:
+        raise fields.wrong(key, error.args[0], "a list of {path, name, fingerprint}") from None
+
+
+def function_reads(found: Mapping[str, Any]) -> tuple[Captured, ...]:
+    """What a function among a variant's static values
+    (``ppy.kinds.statics``) must be: its fingerprint, then what its trace
+    read, each reached from the function. ``ValueError`` where it does not read."""
+    digest = found.get("fingerprint")
+    if set(found) != {"function", "fingerprint", "reads"} or not isinstance(digest, str):
+        raise ValueError("a static function must have exactly function, fingerprint and reads")
+    try:
+        read = _captured_list(found["reads"])
+    except ValueError:
+        raise ValueError(
+            "a static function's reads must be a list of {path, name, fingerprint}"
+        ) from None
+    return (Captured((), str(found["function"]), digest), *read)
+
+
+def _captured_list(value: Any) -> tuple[Captured, ...]:
+    """A JSON list of ``Captured``; ``ValueError`` with the first item that is not one."""
     found = []
     for item in value if isinstance(value, list) else [None]:
         if not (isinstance(item, Mapping) and set(item) == {"path", "name", "fingerprint"}):
-            raise fields.wrong(key, item, "a list of {path, name, fingerprint}")
+            raise ValueError(item)
         path, name, digest = item["path"], item["name"], item["fingerprint"]
         if not (
             isinstance(path, list)
@@ -244,6 +276,6 @@ def _captures(fields: Fields, key: str) -> tuple[Captured, ...]:
             and isinstance(name, str)
             and isinstance(digest, str)
         ):
-            raise fields.wrong(key, item, "a list of {path, name, fingerprint}")
+            raise ValueError(item)
         found.append(Captured(tuple(path), name, digest))
     return tuple(found)

@@ -20,7 +20,8 @@ import types
 from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
-from ppy.kinds.fingerprint import absl_flags, closure
+from ppy.kinds import statics
+from ppy.kinds.fingerprint import Unreadable, absl_flags, closure, fingerprint
 from ppy.kinds.pytrees import reference
 from ppy.plugin import LiveCall
 from ppy.record.generalise import symbolic_dims
@@ -118,6 +119,7 @@ class LiveWatch:
         "function",
         "parameters",
         "static",
+        "values",
         "why",
     )
 
@@ -125,7 +127,7 @@ class LiveWatch:
         self,
         parameters: tuple[tuple[str, str], ...],
         static: frozenset[str],
-        why: str,
+        why: str | None,
         defaults: Collection[str] = (),
     ) -> None:
         self.parameters = parameters
@@ -138,8 +140,14 @@ class LiveWatch:
         #: takes jit's path (``ppy_runtime_pjrt.calls``). A call that leaves
         #: others out is not noted.
         self.defaulted: frozenset[str] | None = None
-        #: Why the build cannot make it (``needs_live``).
+        #: Why the build cannot make it (``needs_live``), or cannot make its
+        #: calls: a call passed a static value the signatures file cannot
+        #: hold (a function, a tuple). None: the build can, and it is not
+        #: exported here.
         self.why = why
+        #: Each signature's static values themselves, by their key
+        #: (``ppy.kinds.statics.key``: a function by its fingerprint).
+        self.values: dict[Any, tuple[tuple[str, Any], ...]] = {}
         #: The jitted function the program made last.
         self.function: Any = None
         self.counts: dict[Any, int] = {}
@@ -172,11 +180,15 @@ class LiveWatch:
         described = tuple(_leaf(leaf) for leaf in leaves)
         if any(d is None for d in described):
             return
-        key = (static, tree, described)
         try:
+            keys = tuple((name, statics.key(value, _fingerprint)) for name, value in static)
+            key = (keys, tree, described)
             self.counts[key] = self.counts.get(key, 0) + 1
-        except TypeError:  # a static value that does not hash: jit refuses it too
+        except (TypeError, Unreadable):  # a static value that does not hash: jit refuses it too
             return
+        self.values.setdefault(keys, static)
+        if self.why is None:
+            self.why = _unwritable(static)
 
     def calls(self) -> tuple[LiveCall, ...]:
         """The signatures seen, most called first; those that differ only in
@@ -192,7 +204,9 @@ class LiveWatch:
             if len(shapes) > 1
         }
         return tuple(
-            LiveCall(traced, dict(key[0]), key[1], key[2], count, dims.get(_family(key)))
+            LiveCall(
+                traced, dict(self.values[key[0]]), key[1], key[2], count, dims.get(_family(key))
+            )
             for key, count in ordered
         )
 
@@ -200,6 +214,23 @@ class LiveWatch:
         """The parameters the export takes as inputs: not static, not left out."""
         out = self.defaulted or frozenset()
         return tuple(n for n, _ in self.parameters if n not in self.static and n not in out)
+
+
+def _fingerprint(function: Any) -> str:
+    """A static function's fingerprint, by which its calls are told apart
+    (``Unreadable`` where it has none: those calls are not exported)."""
+    import jax
+
+    return fingerprint(function, flatten=jax.tree_util.tree_flatten)
+
+
+def _unwritable(static: tuple[tuple[str, Any], ...]) -> str | None:
+    """Why the signatures file cannot hold these static values, or None."""
+    for name, value in static:
+        if not (value is None or type(value) in (bool, int, float, str)):
+            kind = "a function" if statics.callable_static(value) else f"a {type(value).__name__}"
+            return f"it is passed {kind} as static argument {name}, which the file cannot hold"
+    return None
 
 
 def _family(key: Any) -> Any:

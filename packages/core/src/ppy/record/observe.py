@@ -141,8 +141,8 @@ class Recorder:
             why = needs_live(python, self.names.get(module, frozenset()), self.main)
         else:
             return None
-        if why is None:
-            return None
+        if why is None and not function.static:
+            return None  # the build makes it, and the file holds its calls
         kinds = [p.kind for p in function.parameters]
         if any(k not in ("positional", "keyword_only") for k in kinds):
             return None  # *args, **kwargs: no signature to export by
