@@ -47,7 +47,7 @@ SAMPLES: dict[str, tuple[str, str]] = {
     "static-args": (
         GRANTED,
         "from functools import partial\n"
-        f"@partial(jax.jit, donate_argnums=0)\ndef score({X}):\n    return x\n",
+        f"@partial(jax.jit, static_argnums=1)\ndef score({X}, n):\n    return x * n\n",
     ),
     "parameter-kind": (GRANTED, f"@jax.jit\ndef score({X}, *rest):\n    return x\n"),
     "library-jit": (

@@ -314,6 +314,21 @@ def test_decorators_resolve_through_imports(
     assert found.lineno == imports.count("\n") + 2
 
 
+def test_static_and_donated_parameters_are_named_as_jax_resolves_them() -> None:
+    module = discover(
+        """
+        import functools
+        import jax
+
+        @functools.partial(jax.jit, static_argnums=-1, donate_argnums=(0,), donate_argnames="c")
+        def f(a, b, *, c, n):
+            return a
+        """
+    )
+    f = function(module, "f")
+    assert (f.static, f.donated) == ({"b"}, {"a", "c"})
+
+
 def test_parameters_kinds_annotations_defaults() -> None:
     module = discover(
         """

@@ -40,6 +40,12 @@ def static(x: X, n: int):
 def donated(x: X):
     return x * 2
 
+DONATE = 0
+
+@functools.partial(jax.jit, donate_argnums=DONATE)
+def donated_unread(x: X):
+    return x * 2
+
 @jax.jit
 def variadic(x: X, *rest: X, scale: X, **extra: X):
     return x
@@ -167,7 +173,11 @@ def test_the_mesh_reads_in_axis_order_with_its_types() -> None:
 def test_the_plugins_own_rules_say_what_cannot_be_exported() -> None:
     assert _failed("plain") == {}
     assert "static argument 'n' may take any value" in _failed("static")["static-args"]
-    assert "donate_argnums" in _failed("donated")["static-args"]
+    assert "static-args" not in _failed("donated")
+    assert (
+        "donate_argnums or donate_argnames is not a literal"
+        in (_failed("donated_unread")["static-args"])
+    )
     kinds = _failed("variadic")["parameter-kind"]
     assert "rest (*args)" in kinds and "extra (**kwargs)" in kinds
     assert "scale" not in kinds and "x (" not in kinds

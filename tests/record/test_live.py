@@ -553,21 +553,22 @@ if __name__ == "__main__":
 """
 
 
-def test_a_donating_jit_is_not_exported_from_the_run_and_stays_jits(tmp_path: Path) -> None:
-    """An export would not give the donated buffers up: the program would
-    read an array python deleted. The recording exports nothing, the build
-    says why (rule static-args), and the run deletes them as python does."""
-    root = tmp_path / "project"
-    root.mkdir()
-    (root / "model.ppy").write_text(textwrap.dedent(DONATING).lstrip())
-    (root / "pyproject.toml").write_text(PERMISSIONS)
-    cache = tmp_path / "cache"
-    recorded = _ppy(root, cache, "--log-format", "json", "-v", "record", "model.ppy")
-    assert recorded.returncode == 0, recorded.stderr
-    assert not json_events(recorded.stderr, "record.exported")
-    compared = differential(root, cache=cache, quiet_stderr=None)
+def test_a_donating_jit_is_exported_from_the_run_and_its_staged_call_donates(
+    tmp_path: Path,
+) -> None:
+    """The staged executable donates what jit donates: the program reads an
+    array python deleted, and fails to as python does. A donation jit could
+    not use (an input of no output's shape) is not exported, with the reason."""
+    root, cache = _recorded(tmp_path, DONATING)
+    compared = differential(root, cache=cache)
     assert "old params deleted: RuntimeError" in compared.python.stdout
-    assert compared.staged_calls("step") == 0
+    assert compared.staged_calls("step") == 3
+    unusable = DONATING.replace("donate_argnums=0", "donate_argnums=(0, 1)")
+    (root / "model.ppy").write_text(textwrap.dedent(unusable).lstrip())
+    recorded = _ppy(root, cache, "--log-format", "json", "record", "model.ppy")
+    (failed,) = json_events(recorded.stderr, "record.export_failed")
+    assert failed["rule"] == "static-args", failed
+    assert "donated buffers were not usable" in str(failed["reason"]), failed
 
 
 def test_jits_of_variables_that_hold_functions_are_staged(tmp_path: Path) -> None:

@@ -282,6 +282,8 @@ class LiveRequest:
     #: The run differentiated it in reverse mode (a call under ``jax.grad``
     #: or ``jax.vjp``): its export should carry a VJP.
     differentiated: bool = False
+    #: The parameters its jit donates (``donate_argnums``, ``donate_argnames``).
+    donated: frozenset[str] = frozenset()
 
 
 @runtime_checkable

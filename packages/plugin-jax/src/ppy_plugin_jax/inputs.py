@@ -50,7 +50,7 @@ class Undescribed(Exception):
         self.remedy = remedy
 
 
-def describe(parameter: Parameter, static: bool = False) -> dict[str, Any]:
+def describe(parameter: Parameter, static: bool = False, donated: bool = False) -> dict[str, Any]:
     """A parameter's description as the worker reads it (JSON)."""
     spec = parameter.spec
     array = None
@@ -72,6 +72,7 @@ def describe(parameter: Parameter, static: bool = False) -> dict[str, Any]:
         "name": parameter.name,
         "kind": parameter.kind,
         "static": static,
+        "donated": donated,
         "choices": list(parameter.choices) if parameter.choices is not None else None,
         "array": array,
         "like": parameter.like,

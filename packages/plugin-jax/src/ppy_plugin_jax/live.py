@@ -102,7 +102,13 @@ def _exported(request: LiveRequest) -> Entry:
     # trace holds the default, as jit's does.
     taken = static | set(request.calls[0].traced)
     params: list[Mapping[str, Any]] = [
-        {"name": name, "kind": kind, "static": name in static, "choices": None}
+        {
+            "name": name,
+            "kind": kind,
+            "static": name in static,
+            "donated": name in request.donated,
+            "choices": None,
+        }
         for name, kind in request.parameters
         if name in taken
     ]

@@ -308,14 +308,13 @@ def _constraints(value: Any, path: str) -> list[str]:
 
 def _static_args(function: FunctionInfo) -> Check:
     keywords = [k for d in function.decorators if d.name == "jax.jit" for k in d.keywords]
-    donated = [k for k in keywords if k in _DONATE_KEYWORDS]
-    if donated:
+    donating = [d for d in function.decorators if d.name == "jax.jit" and d.donated]
+    if [k for k in keywords if k in _DONATE_KEYWORDS] and not donating:
         return Check(
             "static-args",
             False,
-            f"donated arguments ({', '.join(donated)}) give their buffers to the call; "
-            "a staged call through the export would not honour it",
-            "drop the donation, or leave the function jitted",
+            "donate_argnums or donate_argnames is not a literal the build can read",
+            "write it as a literal, such as donate_argnums=0",
         )
     static = function.static
     written = [d for d in function.decorators if d.name == "jax.jit" and d.static]
@@ -363,6 +362,8 @@ def _static_args(function: FunctionInfo) -> Check:
         return Check(
             "static-args", True, f"static arguments are exported once per value ({variants})"
         )
+    if function.donated:
+        return Check("static-args", True, "donated arguments are donated by the staged call too")
     return Check("static-args", True, "no static or donated arguments")
 
 

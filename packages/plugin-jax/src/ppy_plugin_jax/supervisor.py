@@ -186,7 +186,7 @@ def _module_request(target: StageTarget, *, vjp: bool) -> dict[str, Any]:
                 # Policy let it through; its VJP where the project asks for one.
                 "vjp": vjp and f.differentiated is not None,
                 "params": [
-                    describe(p, static=p.name in f.static)
+                    describe(p, static=p.name in f.static, donated=p.name in f.donated)
                     for p in f.parameters
                     if p.kind in ("positional", "keyword_only")
                 ],

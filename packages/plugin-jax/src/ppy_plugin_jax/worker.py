@@ -161,6 +161,19 @@ class _Flat:
             return jax.jit(wrapped)
         return jax.jit(wrapped, out_shardings=out_shardings)
 
+    def donated(self) -> tuple[bool, ...]:
+        """Per leaf the export takes, whether its parameter is donated."""
+        import jax
+
+        count = self.in_tree.num_leaves
+        trees = jax.tree_util.tree_unflatten(self.in_tree, range(count))
+        given = {p["name"] for p in self.params if p.get("donated")}
+        return tuple(
+            name in given
+            for name, tree in zip(self.names, trees, strict=True)
+            for _ in jax.tree_util.tree_leaves(tree)
+        )
+
     def call(
         self, static: Mapping[str, Any], leaves: Sequence[Any]
     ) -> tuple[list[Any], dict[str, Any]]:
@@ -506,6 +519,7 @@ def _contract(
         jaxlib_version=importlib.import_module("jaxlib").__version__,
         traced=tuple(inputs.names),
         static=tuple(p["name"] for p in params if p["static"]),
+        donated=tuple(p["name"] for p in params if p.get("donated")),
         variants=tuple(variant for variant, _ in variants),
         captures=read,
         trace_config=traced_under,
@@ -718,6 +732,7 @@ def _variant(
             symbolic=True,
         )
     _compiles_as_jit(flat, static, exported, inputs.leaves, where)
+    _donation_as_jit(exported, flat.donated(), where)
     serialized = bytes(exported.serialize(vjp_order=1 if vjp else 0))
     if vjp:
         _vjp_as_jit(flat, static, serialized, inputs, where)
@@ -747,6 +762,35 @@ def _variant(
         weak_outputs=tuple(i for i, a in enumerate(exported.out_avals) if a.weak_type),
     )
     return variant, tuple(exported.platforms)
+
+
+def _donation_as_jit(exported: Any, donated: Sequence[bool], where: str) -> None:
+    """Refuse an export whose donated inputs jit could not all give to an
+    output: jit warns of those at its first call, which a staged call
+    loaded from the executable cache would not. Where every one is given,
+    the run's executable donates as jit's does (``ppy_runtime_pjrt.compile``),
+    deleting the same arrays."""
+    import warnings
+
+    import jax
+
+    if not any(donated):
+        return
+    numbers = tuple(i for i, given in enumerate(donated) if given)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        jax.jit(exported.call, donate_argnums=numbers).lower(*exported.in_avals)
+    for warning in caught:
+        text = str(warning.message)
+        if "donated buffers were not usable" in text:
+            unusable = text.splitlines()[0].rstrip(".")
+            raise _Refusal(
+                "static-args",
+                f"{unusable}{where}: jit warns of it at its first call, and a staged call "
+                "would not",
+                remedy="donate only arguments of an output's shape and dtype",
+                deliberate=True,
+            )
 
 
 def _asked(use: Use, where: str, root: str) -> str:

@@ -56,9 +56,11 @@ class Calls:
         traced: Sequence[str],
         static: Sequence[str],
         module: str | None = None,
+        donated: Sequence[str] = (),
     ) -> None:
         """``module``: the entry's module, the name the program's own module
-        had when it was exported (it runs as ``__main__``)."""
+        had when it was exported (it runs as ``__main__``); ``donated``: the
+        parameters the jit donates."""
         self.fingerprints = _Fingerprints(module)
         self.signature = inspect.signature(function)
         parameters = self.signature.parameters
@@ -87,6 +89,14 @@ class Calls:
         self.static_argnums = tuple(i for i, name in enumerate(positional) if name in static)
         self.static_argnames = tuple(
             name for name in static if parameters[name].kind != parameters[name].POSITIONAL_ONLY
+        )
+        #: As jit resolves them, the same way.
+        self.donated = tuple(name for name in donated if name in parameters)
+        self.donate_argnums = tuple(i for i, name in enumerate(positional) if name in self.donated)
+        self.donate_argnames = tuple(
+            name
+            for name in self.donated
+            if parameters[name].kind != parameters[name].POSITIONAL_ONLY
         )
 
     def with_traced(

@@ -101,7 +101,9 @@ class Executables:
     ``serve`` is the function jit compiles for a call: it binds the call
     and runs the export on its leaves (``StagedFunction.serve``);
     ``static_argnums`` and ``static_argnames`` are the function's, as jit
-    resolves them.
+    resolves them, and so are ``donate_argnums`` and ``donate_argnames``: the
+    executable gives the same donated buffers to its outputs as jit's, and a
+    call deletes the same arrays.
     """
 
     def __init__(
@@ -115,6 +117,8 @@ class Executables:
         serve: Callable[..., Any],
         static_argnums: Sequence[int] = (),
         static_argnames: Sequence[str] = (),
+        donate_argnums: Sequence[int] = (),
+        donate_argnames: Sequence[str] = (),
     ) -> None:
         self.exported = exported
         self.cache = cache
@@ -123,7 +127,11 @@ class Executables:
         self.serve = serve
         self.static_argnums = tuple(static_argnums)
         self.static_argnames = tuple(static_argnames)
-        self.digest = hashlib.sha256(payload).hexdigest()
+        self.donate_argnums = tuple(donate_argnums)
+        self.donate_argnames = tuple(donate_argnames)
+        donation = f"|donate={self.donate_argnums}{self.donate_argnames}" if donate_argnums else ""
+        # An executable that donates is another program (its inputs alias outputs).
+        self.digest = hashlib.sha256(payload).hexdigest() + donation
         self.device = jax.devices()[0]
         self.platform = self.device.platform
         self.device_kind = f"{self.device.device_kind} ({self.device.client.platform_version})"
@@ -195,7 +203,11 @@ class Executables:
     def compile(self, shaped: Shaped) -> Any:
         """The export compiled for ``shaped``, as jit compiles the function that serves it."""
         function = jax.jit(
-            self.serve, static_argnums=self.static_argnums, static_argnames=self.static_argnames
+            self.serve,
+            static_argnums=self.static_argnums,
+            static_argnames=self.static_argnames,
+            donate_argnums=self.donate_argnums,
+            donate_argnames=self.donate_argnames,
         )
         try:
             with unstaged.staging(), _lapack_if_called(self.exported):

@@ -375,6 +375,10 @@ class StagedFunction:
     ) -> Route | Fallback:
         """A call under reverse-mode differentiation: served by ``Exported.call``,
         whose VJP is the export's own, where the build exported one."""
+        if self.calls.donated:
+            return Fallback(
+                "tracer", "differentiated, and it donates arguments: jit's own path donates them"
+            )
         if not staged.exported.has_vjp():
             return Fallback(
                 "tracer",
@@ -737,7 +741,9 @@ class ExportRuntime:
         contract, variants = self._contract(entry)
         function = python_function(original) or original
         try:
-            calls = Calls(function, contract.traced, contract.static, entry.module)
+            calls = Calls(
+                function, contract.traced, contract.static, entry.module, contract.donated
+            )
         except (TypeError, ValueError) as error:
             raise NotBound(f"the function's signature is not the build's: {error}") from error
         cache: ExecutableCache | None = self._executable_cache()
@@ -754,6 +760,8 @@ class ExportRuntime:
                 serve=functools.wraps(function)(staged.serving(calls)),
                 static_argnums=calls.static_argnums,
                 static_argnames=calls.static_argnames,
+                donate_argnums=calls.donate_argnums,
+                donate_argnames=calls.donate_argnames,
             )
 
         staged = StagedFunction(

@@ -196,6 +196,7 @@ def _export_live(recorder: Recorder, config: Config) -> list[Entry] | None:
             calls=calls,
             program=module == recorder.main,
             differentiated=watch.differentiated,
+            donated=watch.donated,
         )
         try:
             result = exporter.export_live(request)

@@ -59,6 +59,7 @@ _CLASS_VAR: Final = frozenset({"typing.ClassVar", "typing_extensions.ClassVar"})
 _NAMED_TUPLE: Final = frozenset({"typing.NamedTuple", "typing_extensions.NamedTuple"})
 _TYPED_DICT: Final = frozenset({"typing.TypedDict", "typing_extensions.TypedDict"})
 _STATIC_KEYWORDS: Final = ("static_argnums", "static_argnames")
+_DONATE_KEYWORDS: Final = ("donate_argnums", "donate_argnames")
 
 
 @dataclass
@@ -421,14 +422,15 @@ class Definitions:
         if isinstance(node, ast.Call):
             func = self.resolve(node.func)
             keywords = tuple(k.arg or "**" for k in node.keywords)
-            static = _static(node)
+            given = {
+                "static": _argnums(node, _STATIC_KEYWORDS),
+                "donated": _argnums(node, _DONATE_KEYWORDS),
+            }
             if func in PARTIAL and node.args:
                 inner = self.resolve(node.args[0]) or ast.unparse(node.args[0])
-                return Decorator(
-                    inner, node.lineno, keywords, called=len(node.args) > 1, static=static
-                )
+                return Decorator(inner, node.lineno, keywords, called=len(node.args) > 1, **given)
             name = func or ast.unparse(node.func)
-            return Decorator(name, node.lineno, keywords, called=bool(node.args), static=static)
+            return Decorator(name, node.lineno, keywords, called=bool(node.args), **given)
         return Decorator(self.resolve(node) or ast.unparse(node), node.lineno)
 
     def _parameters(self, args: ast.arguments) -> Iterator[Parameter]:
@@ -477,11 +479,12 @@ class Definitions:
         return ClassInfo(node.name, node.lineno, form, fields)
 
 
-def _static(call: ast.Call) -> tuple[int | str, ...]:
-    """The literal ``static_argnums`` and ``static_argnames`` of a decorator call."""
+def _argnums(call: ast.Call, keywords: tuple[str, ...]) -> tuple[int | str, ...]:
+    """The literal numbers and names a decorator call gives under ``keywords``
+    (``static_argnums`` and ``static_argnames``, say)."""
     found: list[int | str] = []
     for keyword in call.keywords:
-        if keyword.arg not in _STATIC_KEYWORDS:
+        if keyword.arg not in keywords:
             continue
         try:
             value = ast.literal_eval(keyword.value)

@@ -120,6 +120,8 @@ class Decorator:
     called: bool = False
     #: ``static_argnums`` and ``static_argnames`` as written: ints and names.
     static: tuple[int | str, ...] = ()
+    #: ``donate_argnums`` and ``donate_argnames`` as written: ints and names.
+    donated: tuple[int | str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -182,14 +184,21 @@ class FunctionInfo:
     def static(self) -> frozenset[str]:
         """The parameters a decorator makes static, by name (numbers resolved
         against the positional parameters, as jax resolves them)."""
+        return self._named([i for d in self.decorators for i in d.static])
+
+    @property
+    def donated(self) -> frozenset[str]:
+        """The parameters a decorator donates, by name."""
+        return self._named([i for d in self.decorators for i in d.donated])
+
+    def _named(self, items: list[int | str]) -> frozenset[str]:
         positional = [p.name for p in self.parameters if p.kind == "positional"]
         names: set[str] = set()
-        for decorator in self.decorators:
-            for item in decorator.static:
-                if isinstance(item, str):
-                    names.add(item)
-                elif -len(positional) <= item < len(positional):
-                    names.add(positional[item])
+        for item in items:
+            if isinstance(item, str):
+                names.add(item)
+            elif -len(positional) <= item < len(positional):
+                names.add(positional[item])
         return frozenset(names)
 
 

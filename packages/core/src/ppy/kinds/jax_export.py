@@ -99,7 +99,7 @@ class JaxExport(Kind):
     #: ``jax.export.Exported.serialize()`` bytes; ``stablehlo``, the module's
     #: text, UTF-8, for people and tools (the runtime reads ``export``).
     MEMBERS: ClassVar[tuple[str, ...]] = ("export", "stablehlo")
-    CONVENTION: ClassVar[int] = 8
+    CONVENTION: ClassVar[int] = 9
     #: How the inputs are laid out: on one device, or over ``mesh``.
     IN_SHARDINGS: ClassVar[tuple[str, ...]] = ("replicated", "mesh")
     #: The most variants one entry holds (the product of its static choices).
@@ -123,9 +123,14 @@ class JaxExport(Kind):
     #: the build machine's. On another platform of the export's list XLA
     #: would compile it unchecked, and such a variant is not served there.
     compared_on: tuple[str, ...] = ()
+    #: The parameters the jit donates (``donate_argnums``): the run's
+    #: executable donates them too, so a staged call deletes the arrays a
+    #: jitted call would.
+    donated: tuple[str, ...] = ()
 
     def to_metadata(self) -> dict[str, Any]:
         return {
+            "donated": list(self.donated),
             "calling_convention": self.CONVENTION,
             "constraints": list(self.constraints),
             "compared_on": list(self.compared_on),
@@ -176,6 +181,7 @@ class JaxExport(Kind):
             mesh=mesh,
             constraints=fields.texts("constraints"),
             compared_on=fields.texts("compared_on"),
+            donated=fields.texts("donated"),
         )
 
 

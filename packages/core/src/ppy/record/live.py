@@ -116,6 +116,7 @@ class LiveWatch:
         "defaulted",
         "defaults",
         "differentiated",
+        "donated",
         "function",
         "parameters",
         "static",
@@ -129,8 +130,11 @@ class LiveWatch:
         static: frozenset[str],
         why: str | None,
         defaults: Collection[str] = (),
+        donated: Collection[str] = (),
     ) -> None:
         self.parameters = parameters
+        #: The parameters its jit donates.
+        self.donated = frozenset(donated)
         self.static = tuple(name for name, _ in parameters if name in static)
         #: The parameters that have defaults: a call may leave them out.
         self.defaults = frozenset(defaults)

@@ -129,9 +129,6 @@ class Recorder:
         """The watch of a function the build cannot make again, or None."""
         qualname = function.qualname
         module = name[: -len(qualname) - 1]
-        keywords = {k for d in function.decorators for k in d.keywords}
-        if keywords & {"donate_argnums", "donate_argnames"}:
-            return None  # an export would not give the buffers up: the build says why
         if function.reads:  # made by a call that reads variables of the function around it
             owner = qualname.rpartition(".<locals>.")[0] or "the main guard"
             why: str | None = (
@@ -151,7 +148,7 @@ class Recorder:
             return known[2]
         parameters = tuple((p.name, p.kind) for p in function.parameters)
         defaults = [p.name for p in signature.parameters.values() if p.default is not p.empty]
-        watch = LiveWatch(parameters, function.static, why, defaults)
+        watch = LiveWatch(parameters, function.static, why, defaults, function.donated)
         self.live[name] = (module, qualname, watch)
         return watch
 
