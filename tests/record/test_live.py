@@ -15,9 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PERMISSIONS, models
+from tests.conftest import PERMISSIONS, cpu_backend, models
 from tests.support.differential import differential
 from tests.support.events import json_events
+
+#: Four devices of the CPU, for the programs laid out over a mesh.
+FOUR = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
 
 #: Written as jax's own examples are: everything in main(), the optimizer's
 #: functions read by the jitted step from main()'s closure.
@@ -277,6 +280,64 @@ if __name__ == "__main__":
         print(mesh_eval(target, (-2, 2), 1, 11))
         print(mesh_eval(approx, (-2, 2), params, 11))
         params = (params[0] + 0.1, params[1] * 1.1)
+"""
+
+
+#: jax's spmd_mnist example, in small: arrays laid out over an explicit mesh
+#: of four devices, a donating step under ``jax.set_mesh``, and an accuracy
+#: of two sizes that do not divide the mesh as one symbol would.
+SHARDED = """
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import NamedSharding, grad
+from jax.sharding import AxisType, PartitionSpec as P
+
+
+def predict(params, x):
+    w, b = params
+    return jnp.tanh(x @ w + b)
+
+
+def loss(params, batch):
+    x, y = batch
+    return jnp.mean((predict(params, x) - y) ** 2)
+
+
+@jax.jit
+def accuracy(params, batch):
+    x, y = batch
+    return jnp.mean(jnp.abs(predict(params, x) - y) < 0.5)
+
+
+@jax.jit(donate_argnums=0)
+def train_step(params, batch):
+    grads = grad(loss)(params, batch)
+    return [p - step_size * g for p, g in zip(params, grads)]
+
+
+if __name__ == "__main__":
+    step_size = 0.1
+    split_over = sys.argv[1] if len(sys.argv) > 1 else "batch"
+    mesh = jax.make_mesh((4,), ("batch",), axis_types=(AxisType.Explicit,))
+    replicated = NamedSharding(mesh, P())
+    split = NamedSharding(mesh, P(split_over if split_over != "none" else None))
+    rng = np.random.RandomState(0)
+    params = [rng.randn(3, 2).astype(np.float32), np.zeros(2, np.float32)]
+    params = jax.device_put(params, replicated)
+    for i in range(3):
+        x = jax.device_put(rng.randn(8, 3).astype(np.float32), split)
+        y = jax.device_put(rng.randn(8, 2).astype(np.float32), split)
+        old = params
+        with jax.set_mesh(mesh):
+            params = train_step(params, (x, y))
+        print(params[1], old[0].is_deleted())
+    for rows in (16, 32):
+        x = jax.device_put(rng.randn(rows, 3).astype(np.float32), split)
+        y = jax.device_put(rng.randn(rows, 2).astype(np.float32), split)
+        print(accuracy(params, (x, y)))
 """
 
 
@@ -649,3 +710,23 @@ def test_functions_passed_as_static_arguments_are_staged_by_their_fingerprint(
         assert changed.staged_calls("mesh_eval") == 3, mode
         (fallback,) = {(str(e["category"]), str(e["reason"])) for e in changed.fallbacks()}
         assert fallback[0] == category and named in fallback[1], fallback
+
+
+@cpu_backend
+def test_arrays_laid_out_over_a_mesh_are_recorded_and_staged_over_it(tmp_path: Path) -> None:
+    """Inputs sharded over an explicit mesh of four devices are recorded with
+    their layout, exported over that mesh from the recorded run, and served
+    laid out so; the donating step deletes what jit's deletes. Inputs laid
+    out otherwise take jit's path."""
+    root, cache = _recorded(tmp_path, SHARDED, **FOUR)
+    built = _ppy(root, cache, "build", **FOUR)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert "staged 2 of 2" in built.stdout, built.stdout
+    same = differential(root, cache=cache, build=False, env=FOUR)
+    assert "True" in same.python.stdout  # the donated params were deleted
+    assert same.staged_calls("train_step") == 3
+    assert same.staged_calls("accuracy") == 2
+    assert not same.fallbacks()
+    other = differential(root, "none", cache=cache, build=False, env=FOUR)
+    assert other.staged_calls("train_step") == other.staged_calls("accuracy") == 0
+    assert {e["category"] for e in other.fallbacks()} == {"sharding"}

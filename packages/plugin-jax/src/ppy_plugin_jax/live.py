@@ -127,9 +127,9 @@ def _exported(request: LiveRequest) -> Entry:
             break
         general = family[0].dims if len(family) > 1 else None
         if general is not None:
-            inputs = _inputs(family[0], main, general)
-            first = first or inputs
             try:
+                inputs = _inputs(family[0], main, general)
+                first = first or inputs
                 variants.append(
                     _variant(fn, params, family[0], inputs, shared, main, recorded=True, vjp=vjp)
                 )
@@ -273,16 +273,23 @@ def _inputs(
     from ppy.kinds.fingerprint import Unreadable
     from ppy.kinds.keys import KEY_DTYPES, jax_dtype
     from ppy.kinds.pytrees import structure
-    from ppy.plugin import WIDE_SCALARS
+    from ppy.plugin import WIDE_SCALARS, MeshSpec
 
     from ppy_plugin_jax import worker
     from ppy_plugin_jax.inputs import Abstract
+    from ppy_plugin_jax.mesh import Unplaced, place
 
     leaves = []
+    layouts: dict[int, tuple[Any, ...]] = {}
+    meshes = set()
     scope = jax.export.SymbolicScope()
     for index, leaf in enumerate(call.leaves):
         if leaf[0] == "array":
-            _, shape, dtype, weak = leaf
+            _, shape, dtype, weak, *laid = leaf
+            if laid:  # laid out over several devices: its mesh, and its spec over it
+                axes, sizes, types, entries = laid[0]
+                meshes.add(MeshSpec(axes, sizes, types))
+                layouts[index] = entries
             general = dims[index] if dims is not None else shape
             if any(isinstance(d, str) for d in general):
                 text = ",".join(str(d) for d in general)
@@ -309,8 +316,24 @@ def _inputs(
             "input-tree", f"its inputs cannot be compared at run time: {error}"
         ) from None
     names = list(call.traced)
-    specs = worker._leaf_specs(names, trees, Abstract(dict(zip(names, trees, strict=True)), {}, {}))
-    return worker._Inputs(names, specs, leaves, call.tree, digest)
+    if len(meshes) > 1:
+        raise worker._Refusal(
+            "sharding", "a call passed arrays laid out over different meshes, which jit refuses"
+        )
+    # Beside a laid out leaf, one with no layout of its own is replicated, as
+    # jit lays out an uncommitted input (the run checks each call's).
+    shardings = {id(leaf): layouts.get(i, ()) for i, leaf in enumerate(leaves)} if meshes else {}
+    described = Abstract(dict(zip(names, trees, strict=True)), {}, shardings)
+    specs = worker._leaf_specs(names, trees, described)
+    mesh = next(iter(meshes), None)
+    if mesh is not None:
+        try:
+            leaves = place(leaves, specs, mesh)
+        except Unplaced as error:  # a symbol over a split dim: the recorded sizes are exported
+            raise worker._Refusal(
+                "sharding", str(error), remedy=error.remedy, symbolic=dims is not None
+            ) from None
+    return worker._Inputs(names, specs, leaves, call.tree, digest, mesh)
 
 
 @contextlib.contextmanager

@@ -779,7 +779,8 @@ def _donation_as_jit(exported: Any, donated: Sequence[bool], where: str) -> None
     numbers = tuple(i for i, given in enumerate(donated) if given)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        jax.jit(exported.call, donate_argnums=numbers).lower(*exported.in_avals)
+        traced = jax.jit(exported.call, donate_argnums=numbers).trace(*exported.in_avals)
+        traced.lower(lowering_platforms=tuple(exported.platforms))
     for warning in caught:
         text = str(warning.message)
         if "donated buffers were not usable" in text:

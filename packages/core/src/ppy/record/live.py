@@ -193,6 +193,10 @@ class LiveWatch:
         self.values.setdefault(keys, static)
         if self.why is None:
             self.why = _unwritable(static)
+        if self.why is None and any(leaf is not None and len(leaf) > 4 for leaf in described):
+            self.why = (
+                "it is passed arrays laid out over several devices, which the file cannot hold"
+            )
 
     def calls(self) -> tuple[LiveCall, ...]:
         """The signatures seen, most called first; those that differ only in
@@ -271,8 +275,29 @@ def _leaf(value: Any) -> tuple[Any, ...] | None:
         _TRACER.append(Tracer)
     if isinstance(value, _TRACER[0]):
         raise Traced
+    weak = bool(getattr(value, "weak_type", False))
+    leaf = ("array", tuple(int(d) for d in shape), str(dtype), weak)
     sharding = getattr(value, "sharding", None)
     if sharding is not None and len(getattr(sharding, "device_set", ())) > 1:
+        laid = _laid_out(sharding)
+        return None if laid is None else (*leaf, laid)
+    return leaf
+
+
+def _laid_out(sharding: Any) -> tuple[Any, ...] | None:
+    """An array's layout over several devices, as the export is made over it:
+    its mesh's axis names, sizes and types, and its ``PartitionSpec``
+    entries; None for any layout but a ``NamedSharding`` over a mesh."""
+    mesh, spec = getattr(sharding, "mesh", None), getattr(sharding, "spec", None)
+    if (
+        mesh is None
+        or spec is None
+        or getattr(sharding, "memory_kind", None) not in (None, "device")
+    ):
         return None
-    weak = bool(getattr(value, "weak_type", False))
-    return ("array", tuple(int(d) for d in shape), str(dtype), weak)
+    try:
+        types = tuple(str(getattr(t, "name", t)).lower() for t in mesh.axis_types)
+        entries = tuple(e if e is None or isinstance(e, str) else tuple(e) for e in spec)
+        return (tuple(mesh.axis_names), tuple(int(n) for n in mesh.axis_sizes), types, entries)
+    except (AttributeError, TypeError):
+        return None

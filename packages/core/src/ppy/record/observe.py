@@ -126,7 +126,9 @@ class Recorder:
     def _live(
         self, name: str, function: FunctionInfo, python: Any, signature: inspect.Signature
     ) -> LiveWatch | None:
-        """The watch of a function the build cannot make again, or None."""
+        """The watch of a function's calls: it is exported from this run where
+        the build cannot make it again, or cannot hold its calls. None where
+        there is no signature to export by."""
         qualname = function.qualname
         module = name[: -len(qualname) - 1]
         if function.reads:  # made by a call that reads variables of the function around it
@@ -138,8 +140,8 @@ class Recorder:
             why = needs_live(python, self.names.get(module, frozenset()), self.main)
         else:
             return None
-        if why is None and not function.static:
-            return None  # the build makes it, and the file holds its calls
+        # Where ``why`` is None the build makes it, and it is exported here
+        # only if a call passes what the file cannot hold (``LiveWatch.note``).
         kinds = [p.kind for p in function.parameters]
         if any(k not in ("positional", "keyword_only") for k in kinds):
             return None  # *args, **kwargs: no signature to export by
