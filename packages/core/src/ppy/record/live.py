@@ -145,9 +145,9 @@ class LiveWatch:
         #: others out is not noted.
         self.defaulted: frozenset[str] | None = None
         #: Why the build cannot make it (``needs_live``), or cannot make its
-        #: calls: a call passed a static value the signatures file cannot
-        #: hold (a function, a tuple). None: the build can, and it is not
-        #: exported here.
+        #: calls: a call passed what the signatures file cannot hold (a
+        #: static function or tuple, arrays laid out over several devices).
+        #: None: the build can, and it is not exported here.
         self.why = why
         #: Each signature's static values themselves, by their key
         #: (``ppy.kinds.statics.key``: a function by its fingerprint).
