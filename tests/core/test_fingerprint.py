@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 from ppy.kinds.fingerprint import Unreadable, fingerprint, resolve
 
+from tests.conftest import models
+
 
 class Pair(NamedTuple):
     a: float
@@ -197,3 +199,21 @@ def test_two_lambdas_of_one_function_with_one_closure_differ() -> None:
 
     assert fingerprint(pick(2.0, True)) == fingerprint(pick(2.0, True))
     assert fingerprint(pick(2.0, True)) != fingerprint(pick(2.0, False))
+
+
+@models  # protobuf comes with flax (orbax-checkpoint)
+def test_a_protobuf_message_is_compared_by_its_content() -> None:
+    """An onnx ModelProto is a protobuf message: two of the same content have
+    one fingerprint, another content another, and one over the limit none."""
+    from google.protobuf import struct_pb2
+
+    def message(scale: float, name: str = "w") -> struct_pb2.Struct:
+        found = struct_pb2.Struct()
+        found.update({"scale": scale, "name": name})
+        return found
+
+    assert fingerprint(message(0.5)) == fingerprint(message(0.5))
+    assert fingerprint(message(0.5)) != fingerprint(message(0.25))
+    assert fingerprint(message(0.5)) != fingerprint(message(0.5, "b"))
+    with pytest.raises(Unreadable, match=r"Struct of \d+ bytes, over the 16-byte limit"):
+        fingerprint(message(0.5, "x" * 64), limit=16)

@@ -341,6 +341,25 @@ if __name__ == "__main__":
 """
 
 
+#: A jit of a lambda that reads a protobuf message, as jax's onnx2xla example
+#: interprets an onnx ModelProto.
+PROTOBUF = """
+import sys
+
+import jax.numpy as jnp
+from google.protobuf import struct_pb2
+from jax import jit
+
+if __name__ == "__main__":
+    config = struct_pb2.Struct()
+    config.update({"scale": float(sys.argv[1]) if len(sys.argv) > 1 else 0.5})
+    predict = lambda inputs: jnp.tanh(inputs * config["scale"])
+    compiled_predict = jit(predict)
+    for _ in range(3):
+        print(compiled_predict(jnp.ones((2, 3))))
+"""
+
+
 def _recorded(tmp_path: Path, source: str, **env: str) -> tuple[Path, Path]:
     """A project of ``source`` recorded once: its root and its executable cache."""
     root = tmp_path / "project"
@@ -730,3 +749,18 @@ def test_arrays_laid_out_over_a_mesh_are_recorded_and_staged_over_it(tmp_path: P
     other = differential(root, "none", cache=cache, build=False, env=FOUR)
     assert other.staged_calls("train_step") == other.staged_calls("accuracy") == 0
     assert {e["category"] for e in other.fallbacks()} == {"sharding"}
+
+
+@models  # protobuf comes with flax (orbax-checkpoint)
+def test_a_protobuf_message_the_trace_reads_is_compared_by_its_content(tmp_path: Path) -> None:
+    """The message is fingerprinted by its serialization: the next run's,
+    made again with the same content, is served; another content falls back."""
+    root, cache = _recorded(tmp_path, PROTOBUF)
+    built = _ppy(root, cache, "build")
+    assert built.returncode == 0, built.stdout + built.stderr
+    same = differential(root, cache=cache, build=False)
+    assert same.staged_calls("compiled_predict") == 3
+    other = differential(root, "2.0", cache=cache, build=False)
+    assert other.staged_calls("compiled_predict") == 0
+    reasons = {str(e["reason"]) for e in other.fallbacks()}
+    assert any("config" in r for r in reasons), reasons

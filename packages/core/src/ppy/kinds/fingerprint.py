@@ -16,6 +16,9 @@ the function is not staged. Arrays are hashed byte for byte, up to a limit
 above which they do not belong in an artifact (they are weights: pass them
 as parameters).
 
+A protobuf message (an onnx ``ModelProto``) is fingerprinted by its
+deterministic serialization, under the same limit.
+
 Functions and classes are fingerprinted by their qualified name, with a
 function's line and bytecode, defaults and closure, which is where a library such as optax
 keeps its hyperparameters. A function of the project itself is not
@@ -134,6 +137,8 @@ class _Writer:
             self.text("enum", self.name(kind), value.name)
         elif _is_array(value):
             self.array(value)
+        elif _is_protobuf(value):  # an onnx ModelProto: its bytes, as protobuf writes them
+            self.message(value)
         elif isinstance(value, types.ModuleType):
             self.text("module", value.__name__)
         elif isinstance(value, type):
@@ -252,6 +257,18 @@ class _Writer:
         self.text("array", host.dtype.str, repr(host.shape))
         self.digest.update(np.ascontiguousarray(host).tobytes())
 
+    def message(self, value: Any) -> None:
+        """A protobuf message by its class and its deterministic serialization,
+        which holds all of its content, under the limit arrays have."""
+        data = value.SerializeToString(deterministic=True)
+        if len(data) > self.limit:
+            raise Unreadable(
+                f"it is a {type(value).__name__} of {len(data)} bytes, over the "
+                f"{self.limit}-byte limit on captured values"
+            )
+        self.text("protobuf", self.name(type(value)))
+        self.digest.update(data)
+
     def tree(self, value: Any, depth: int) -> None:
         """A pytree jax knows how to flatten (its structure and leaves), else unreadable."""
         if self.flatten is not None:
@@ -262,6 +279,12 @@ class _Writer:
                     self.write(leaf, depth + 1)
                 return
         raise Unreadable(f"ppy cannot compare values of type {self.name(type(value))}")
+
+
+def _is_protobuf(value: Any) -> bool:
+    """A protobuf message; protobuf is looked for only where the program imported it."""
+    message = sys.modules.get("google.protobuf.message")
+    return message is not None and isinstance(value, message.Message)
 
 
 def _is_array(value: Any) -> bool:
