@@ -374,6 +374,27 @@ def _recorded(tmp_path: Path, source: str, **env: str) -> tuple[Path, Path]:
     return root, cache
 
 
+def _built(tmp_path: Path, source: str, **env: str) -> tuple[Path, Path, str]:
+    """A project of ``source`` recorded once and built: its root, its
+    executable cache, and what the build printed."""
+    root, cache = _recorded(tmp_path, source, **env)
+    built = _ppy(root, cache, "build", **env)
+    assert built.returncode == 0, built.stdout + built.stderr
+    return root, cache, built.stdout
+
+
+def _staged_until_changed(root: Path, cache: Path, function: str, change: str, named: str) -> None:
+    """Each of ``function``'s three calls is staged in a run as recorded, and
+    none in a run given ``change`` on its command line, where a fallback's
+    reason names ``named``."""
+    same = differential(root, cache=cache, build=False)
+    assert same.staged_calls(function) == 3
+    other = differential(root, change, cache=cache, build=False)
+    assert other.staged_calls(function) == 0
+    reasons = {str(e["reason"]) for e in other.fallbacks()}
+    assert any(named in r for r in reasons), reasons
+
+
 def _ppy(root: Path, cache: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     import os
 
@@ -441,9 +462,7 @@ def test_another_step_size_in_the_run_falls_back_naming_what_changed(
 
 
 def test_globals_set_under_the_main_guard_are_compared_at_the_first_call(tmp_path: Path) -> None:
-    root, cache = _recorded(tmp_path, MAIN_GUARD)
-    built = _ppy(root, cache, "build")
-    assert built.returncode == 0, built.stdout + built.stderr
+    root, cache, _ = _built(tmp_path, MAIN_GUARD)
     same = differential(root, cache=cache, build=False)
     assert same.staged_calls("scaled") == 3
     other = differential(root, cache=cache, build=False, env={"SCALE": "3.0"})
@@ -453,14 +472,10 @@ def test_globals_set_under_the_main_guard_are_compared_at_the_first_call(tmp_pat
 
 
 def test_an_array_local_to_main_is_compared_by_its_content(tmp_path: Path) -> None:
-    root, cache = _recorded(tmp_path, LOCAL_ARRAY)
-    assert _ppy(root, cache, "build").returncode == 0
-    same = differential(root, cache=cache, build=False)
-    assert same.staged_calls("main.<locals>.project") == 3
-    other = differential(root, "5.0", cache=cache, build=False)
-    assert other.staged_calls("main.<locals>.project") == 0
-    reasons = {str(e["reason"]) for e in other.fallbacks()}
-    assert any("weights of the function around project" in r for r in reasons), reasons
+    root, cache, _ = _built(tmp_path, LOCAL_ARRAY)
+    _staged_until_changed(
+        root, cache, "main.<locals>.project", "5.0", "weights of the function around project"
+    )
 
 
 def test_a_trace_that_prints_is_not_exported_and_the_recording_prints_what_python_prints(
@@ -503,10 +518,8 @@ def test_a_batch_size_the_recording_did_not_see_is_served_by_a_symbolic_export(
     """Recorded at B=8 and B=16, the step is exported once with a symbol for
     its batch, checked by the refinement rule and the dependence watch as the
     build checks one, and serves B=24 staged."""
-    root, cache = _recorded(tmp_path, BATCHES)
-    built = _ppy(root, cache, "build")
-    assert built.returncode == 0, built.stdout + built.stderr
-    (line,) = [line for line in built.stdout.splitlines() if "main.<locals>.step" in line]
+    root, cache, built = _built(tmp_path, BATCHES)
+    (line,) = [line for line in built.splitlines() if "main.<locals>.step" in line]
     assert "symbolic in B (recorded B=8, 16)" in line, line
     compared = differential(root, "24", cache=cache, build=False)
     assert compared.staged_calls("main.<locals>.step") == 2
@@ -523,10 +536,8 @@ def test_a_step_whose_trace_asks_its_batch_size_is_exported_at_the_recorded_size
         "        if x.shape[0] > 12:\n            return jnp.tanh(x @ w) * scale\n"
         "        return x @ w * scale",
     )
-    root, cache = _recorded(tmp_path, source)
-    built = _ppy(root, cache, "build")
-    assert built.returncode == 0, built.stdout + built.stderr
-    (line,) = [line for line in built.stdout.splitlines() if "main.<locals>.step" in line]
+    root, cache, built = _built(tmp_path, source)
+    (line,) = [line for line in built.splitlines() if "main.<locals>.step" in line]
     assert "at 2 signatures (4 calls); at the recorded sizes, specializes:" in line, line
     seen = differential(root, cache=cache, build=False)
     assert seen.staged_calls("main.<locals>.step") == 4
@@ -657,9 +668,7 @@ def test_jits_of_variables_that_hold_functions_are_staged(tmp_path: Path) -> Non
     call, and another value of what main() closes over falls back, naming it.
     xtest, left to its default by the recorded calls, is traced as jit
     traces it, as its default; the call that passes it takes jit's path."""
-    root, cache = _recorded(tmp_path, VARIABLES)
-    built = _ppy(root, cache, "build")
-    assert built.returncode == 0, built.stdout + built.stderr
+    root, cache, _ = _built(tmp_path, VARIABLES)
     same = differential(root, cache=cache, build=False)
     assert same.bound() == {"optimizer", "main.<locals>.grad_fun"}
     assert same.staged_calls("optimizer") == same.staged_calls("main.<locals>.grad_fun") == 5
@@ -677,10 +686,8 @@ def test_a_jit_a_function_returns_is_staged_where_it_is_made(tmp_path: Path) -> 
     """``return jit(vmap(predict))``: exported from the recorded run (at each
     size seen, or a symbol over them), served for the calls of the returned
     jit, and jit's where the function it closes over changed."""
-    root, cache = _recorded(tmp_path, RETURNED)
-    built = _ppy(root, cache, "build")
-    assert built.returncode == 0, built.stdout + built.stderr
-    assert "train.<locals>.<return>" in built.stdout, built.stdout
+    root, cache, built = _built(tmp_path, RETURNED)
+    assert "train.<locals>.<return>" in built, built
     same = differential(root, cache=cache, build=False)
     assert same.staged_calls("train.<locals>.<return>") == 3
     assert not same.fallbacks()
@@ -716,10 +723,8 @@ def test_functions_passed_as_static_arguments_are_staged_by_their_fingerprint(
     variant each, and served to the lambdas the next run makes again. A
     lambda of other code, or one whose trace reads a global the program set
     otherwise, takes jit's path, naming why."""
-    root, cache = _recorded(tmp_path, STATIC_FUNCTIONS)
-    built = _ppy(root, cache, "build")
-    assert built.returncode == 0, built.stdout + built.stderr
-    assert "staged 1 of 1" in built.stdout, built.stdout
+    root, cache, built = _built(tmp_path, STATIC_FUNCTIONS)
+    assert "staged 1 of 1" in built, built
     same = differential(root, cache=cache, build=False)
     assert same.staged_calls("mesh_eval") == 6
     assert not same.fallbacks()
@@ -737,10 +742,8 @@ def test_arrays_laid_out_over_a_mesh_are_recorded_and_staged_over_it(tmp_path: P
     their layout, exported over that mesh from the recorded run, and served
     laid out so; the donating step deletes what jit's deletes. Inputs laid
     out otherwise take jit's path."""
-    root, cache = _recorded(tmp_path, SHARDED, **FOUR)
-    built = _ppy(root, cache, "build", **FOUR)
-    assert built.returncode == 0, built.stdout + built.stderr
-    assert "staged 2 of 2" in built.stdout, built.stdout
+    root, cache, built = _built(tmp_path, SHARDED, **FOUR)
+    assert "staged 2 of 2" in built, built
     same = differential(root, cache=cache, build=False, env=FOUR)
     assert "True" in same.python.stdout  # the donated params were deleted
     assert same.staged_calls("train_step") == 3
@@ -755,12 +758,5 @@ def test_arrays_laid_out_over_a_mesh_are_recorded_and_staged_over_it(tmp_path: P
 def test_a_protobuf_message_the_trace_reads_is_compared_by_its_content(tmp_path: Path) -> None:
     """The message is fingerprinted by its serialization: the next run's,
     made again with the same content, is served; another content falls back."""
-    root, cache = _recorded(tmp_path, PROTOBUF)
-    built = _ppy(root, cache, "build")
-    assert built.returncode == 0, built.stdout + built.stderr
-    same = differential(root, cache=cache, build=False)
-    assert same.staged_calls("compiled_predict") == 3
-    other = differential(root, "2.0", cache=cache, build=False)
-    assert other.staged_calls("compiled_predict") == 0
-    reasons = {str(e["reason"]) for e in other.fallbacks()}
-    assert any("config" in r for r in reasons), reasons
+    root, cache, _ = _built(tmp_path, PROTOBUF)
+    _staged_until_changed(root, cache, "compiled_predict", "2.0", "config")
