@@ -36,7 +36,7 @@ StaticKey = tuple[Hashable, ...]
 class Bound:
     """One call, bound."""
 
-    #: The static parameters' values, keyed as ``Calls.key`` keys a variant.
+    #: The static parameters' values, keyed as ``ppy.kinds.statics.key`` keys a variant.
     static: StaticKey
     #: The static parameters' values themselves.
     values: tuple[Any, ...]

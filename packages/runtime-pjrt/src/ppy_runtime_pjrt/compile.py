@@ -129,8 +129,9 @@ class Executables:
         self.static_argnames = tuple(static_argnames)
         self.donate_argnums = tuple(donate_argnums)
         self.donate_argnames = tuple(donate_argnames)
-        donation = f"|donate={self.donate_argnums}{self.donate_argnames}" if donate_argnums else ""
         # An executable that donates is another program (its inputs alias outputs).
+        donates = self.donate_argnums or self.donate_argnames
+        donation = f"|donate={self.donate_argnums}{self.donate_argnames}" if donates else ""
         self.digest = hashlib.sha256(payload).hexdigest() + donation
         self.device = jax.devices()[0]
         self.platform = self.device.platform
