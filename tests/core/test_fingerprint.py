@@ -217,3 +217,16 @@ def test_a_protobuf_message_is_compared_by_its_content() -> None:
     assert fingerprint(message(0.5)) != fingerprint(message(0.5, "b"))
     with pytest.raises(Unreadable, match=r"Struct of \d+ bytes, over the 16-byte limit"):
         fingerprint(message(0.5, "x" * 64), limit=16)
+
+
+def test_functions_of_one_line_and_one_bytecode_differ_by_their_constants_and_names() -> None:
+    """Lambdas written on one line share their qualname, line and bytecode:
+    what they compute differs in their constants and the names they read,
+    and so do their fingerprints (a static argument is keyed by it)."""
+    doubled, tripled = lambda x: x * 2, lambda x: x * 3
+    sine, cosine = lambda x: np.sin(x), lambda x: np.cos(x)
+    assert doubled.__code__.co_code == tripled.__code__.co_code
+    assert fingerprint(doubled) != fingerprint(tripled)
+    assert fingerprint(sine) != fingerprint(cosine)
+    again = lambda x: x * 2  # noqa: E731
+    assert fingerprint(again) != fingerprint(doubled)  # another line

@@ -211,7 +211,7 @@ class _Writer:
         # Its code too: two lambdas of one function share a qualname
         # (``train.<locals>.<lambda>``), and may share a closure.
         code = value.__code__
-        self.text("code", str(code.co_firstlineno), hashlib.sha256(code.co_code).hexdigest())
+        self.text("code", str(code.co_firstlineno), _code_digest(code))
         wrapped = getattr(value, "__wrapped__", None)
         if wrapped is not None and wrapped is not value:
             self.write(wrapped, depth + 1)
@@ -490,6 +490,32 @@ def _code(code: types.CodeType) -> tuple[Any, ...]:
     code included (the same source compiled by the same Python gives the same)."""
     constants = tuple(_code(c) if isinstance(c, types.CodeType) else c for c in code.co_consts)
     return (code.co_code, code.co_names, code.co_varnames, constants)
+
+
+def _code_digest(code: types.CodeType) -> str:
+    """sha256 of a code object's bytecode, names and constants, nested code
+    included: ``lambda x: x * 2`` and ``lambda x: x * 3`` (or ``jnp.sin`` and
+    ``jnp.cos``) on one line share their bytecode, not their constants or
+    names. A frozenset constant is written in a fixed order, which its repr,
+    under hash randomization, is not."""
+    digest = hashlib.sha256()
+
+    def feed(part: types.CodeType) -> None:
+        for text in (part.co_code, repr(part.co_names), repr(part.co_varnames)):
+            digest.update(text if isinstance(text, bytes) else text.encode("utf-8", "replace"))
+        for constant in part.co_consts:
+            if isinstance(constant, types.CodeType):
+                feed(constant)
+                continue
+            if isinstance(constant, frozenset):
+                shown = f"frozenset{sorted(repr(item) for item in constant)}"
+            else:
+                shown = f"{type(constant).__name__}:{constant!r}"
+            digest.update(len(shown).to_bytes(8, "little"))
+            digest.update(shown.encode("utf-8", "surrogatepass"))
+
+    feed(code)
+    return digest.hexdigest()
 
 
 class _Closure(dict[str, Any]):
