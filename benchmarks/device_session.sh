@@ -6,6 +6,7 @@
 #   bash benchmarks/device_session.sh fidelity   # tests/device/run.py until its deadline (~9.5 min, ~25 tests)
 #   bash benchmarks/device_session.sh smoke      # build and run the page's example (~1 min)
 #   bash benchmarks/device_session.sh recorded   # examples/80_recorded: build, explain, run (~2 min)
+#   bash benchmarks/device_session.sh where      # the deep model's time above the floor, by doctor (~2 min)
 #
 # Each part fits one call of at most 10 minutes; benchmarks/README.md says how
 # the calls go together. Every process that computes with jax runs alone, one
@@ -35,10 +36,11 @@ say() { echo "[$(($(date +%s) - STARTED)) s] $*"; }
 elapsed() { echo $(($(date +%s) - STARTED)); }
 
 pack() {
-    # The results folders this call wrote (newer than its start), with the log.
+    # The results folders this call wrote in (a file newer than its start;
+    # rewriting a file leaves its folder's time as it was), with the log.
     local folders
-    folders=$(cd "$ROOT/benchmarks/results" && find . -mindepth 1 -maxdepth 1 -type d \
-        -newer "$MARK" -printf '%P\n' | sort)
+    folders=$(cd "$ROOT/benchmarks/results" && find . -mindepth 2 -type f -newer "$MARK" \
+        -printf '%P\n' | cut -d/ -f1 | sort -u)
     if [ -n "$folders" ]; then
         # shellcheck disable=SC2086
         tar -czf "$OUT/results.tar.gz" -C "$ROOT/benchmarks/results" $folders
@@ -89,7 +91,7 @@ bench)
     status=$?
     # doctor's report lives beside the run's results.
     for folder in benchmarks/results/*/; do
-        if [ "$folder" -nt "$MARK" ]; then cp "$OUT"/doctor/doctor.* "$folder"; fi
+        if [ "$folder/latest.json" -nt "$MARK" ]; then cp "$OUT"/doctor/doctor.* "$folder"; fi
     done
     say "bench part done (exit $status)"
     ;;
@@ -187,8 +189,44 @@ PY
         fi
     } | tee "$report"
     ;;
+where)
+    # Where a cold ppy run of the 40-layer model spends its time above the
+    # floor: ppy doctor --program with a cold executable cache, then a warm
+    # one, beside one timed process each of the floor, python, and python
+    # with jax's cache. Written to the results folder as where.txt.
+    name=$(python tests/device/run.py --probe | python -c \
+        'import json, sys; sys.path.insert(0, "benchmarks"); from ppybench.machine import results_name; print(results_name(json.load(sys.stdin)) or "")')
+    if [ -z "$name" ]; then say "no accelerator here"; exit 0; fi
+    report="$ROOT/benchmarks/results/$name/where.txt"
+    work=$(mktemp -d)
+    python -c 'import sys; sys.path.insert(0, "benchmarks"); from pathlib import Path; from ppybench import projects; projects.deep_model(Path(sys.argv[1]), 40)' "$work/deep" || exit 1
+    cd "$work/deep" || exit 1
+    export PPY_CACHE_DIR="$work/cache"
+    timed() { local t0 t1; t0=$(date +%s.%N); "$@" >/dev/null 2>&1; t1=$(date +%s.%N); python -c "print(f'{$t1 - $t0:.2f} s')"; }
+    {
+        echo "examples: the benchmark's deep model (40 layers) on $name"
+        echo
+        echo "floor (import jax, jax.devices()):  $(timed python -c 'import jax; jax.devices()')"
+        echo "python model.ppy:                   $(timed python model.ppy)"
+        jaxcache="JAX_COMPILATION_CACHE_DIR=$work/jaxcache JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=-1"
+        env $jaxcache python model.ppy >/dev/null 2>&1
+        echo "python + jax cache (warm):          $(timed env $jaxcache python model.ppy)"
+        echo
+        echo "$ ppy build"
+        ppy build 2>&1
+        echo
+        echo "$ ppy doctor --program model.ppy   (cold executable cache)"
+        ppy doctor --program model.ppy 2>&1 | sed -n '/^program run/,$p'
+        echo
+        echo "$ ppy doctor --program model.ppy   (warm executable cache)"
+        ppy doctor --program model.ppy 2>&1 | sed -n '/^program run/,$p'
+        echo
+        echo "ppy run model.ppy (warm cache):     $(timed ppy run --no-warm model.ppy)"
+        echo "floor again:                        $(timed python -c 'import jax; jax.devices()')"
+    } | tee "$report"
+    ;;
 *)
-    echo "usage: $0 bench|fidelity|smoke|recorded" >&2
+    echo "usage: $0 bench|fidelity|smoke|recorded|where" >&2
     exit 2
     ;;
 esac

@@ -17,7 +17,15 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["Accelerator", "accelerator", "describe", "ppy_command", "results_name"]
+__all__ = [
+    "SETTINGS",
+    "Accelerator",
+    "accelerator",
+    "describe",
+    "ppy_command",
+    "results_name",
+    "runtime_settings",
+]
 
 _DISTRIBUTIONS = (
     "jax",
@@ -118,6 +126,17 @@ def results_name(found: Accelerator) -> str | None:
     return slug if slug.startswith(prefix) else prefix + slug
 
 
+#: Settings of the accelerator's runtime that change its cost, never its
+#: results (libtpu's pinned host buffer for transfers), shown with each run.
+SETTINGS = ("TPU_PREMAPPED_BUFFER_SIZE", "TPU_PREMAPPED_BUFFER_TRANSFER_THRESHOLD_BYTES")
+
+
+def runtime_settings() -> dict[str, str]:
+    """The ``SETTINGS`` this run's environment sets: every process it
+    measures inherits them, the floor's included."""
+    return {name: os.environ[name] for name in SETTINGS if name in os.environ}
+
+
 def describe(found: Accelerator | None = None) -> dict[str, object]:
     """The machine (CPU model, cores), its accelerator and the versions a
     result was taken with."""
@@ -132,6 +151,8 @@ def describe(found: Accelerator | None = None) -> dict[str, object]:
     }
     if found is not None:
         record["accelerator"] = dict(found)
+    if settings := runtime_settings():
+        record["settings"] = settings
     return record
 
 

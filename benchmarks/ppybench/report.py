@@ -66,7 +66,10 @@ def _machine(record: Mapping[str, Any]) -> str:
     machine = record["machine"]
     host = f"{machine['cpu']}, {machine['cores']} cores"
     device = device_name(record)
-    return host if device is None else f"{device}; host {host}"
+    if device is None:
+        return host
+    settings = " ".join(f"{name}={value}" for name, value in record.get("settings", {}).items())
+    return f"{device}{f' with {settings}' if settings else ''}; host {host}"
 
 
 def _versions(record: Mapping[str, Any]) -> str:

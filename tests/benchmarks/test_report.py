@@ -258,6 +258,19 @@ def test_the_readme_shows_an_accelerator_s_table_beside_the_cpu_one(tmp_path: Pa
     assert "each accelerator's `latest.json`" in section
 
 
+def test_a_device_run_names_the_runtime_settings_its_processes_had(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TPU_PREMAPPED_BUFFER_SIZE", "268435456")
+    monkeypatch.delenv("TPU_PREMAPPED_BUFFER_TRANSFER_THRESHOLD_BYTES", raising=False)
+    found = {"platform": "tpu", "device_kind": "TPU v5 lite", "device_count": 1}
+    record = {**_device_record(), "settings": machine.describe(found)["settings"]}
+    assert report.render(record).startswith(
+        "Device-quick run, 2026-01-01 00:00 UTC: TPU v5 lite (tpu, 1 device) with "
+        "TPU_PREMAPPED_BUFFER_SIZE=268435456; host Some CPU, 2 cores;"
+    )
+
+
 def test_the_readme_section_is_what_the_committed_results_render() -> None:
     results = ROOT / "benchmarks" / "results"
     plot = results / "startup_vs_depth.png"

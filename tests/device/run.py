@@ -49,7 +49,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
-from ppybench.machine import results_name  # noqa: E402
+from ppybench.machine import results_name, runtime_settings  # noqa: E402
 
 from tests.device import plugin  # noqa: E402
 
@@ -176,16 +176,6 @@ def passed(document: Mapping[str, Any]) -> list[str]:
     return sorted(
         nodeid for nodeid, test in document["tests"].items() if test["outcome"] == "passed"
     )
-
-
-#: Settings of the accelerator's runtime that change its cost, never its
-#: results (libtpu's pinned host buffer for transfers), shown with each run.
-SETTINGS = ("TPU_PREMAPPED_BUFFER_SIZE", "TPU_PREMAPPED_BUFFER_TRANSFER_THRESHOLD_BYTES")
-
-
-def runtime_settings() -> dict[str, str]:
-    """The ``SETTINGS`` this run's environment sets."""
-    return {name: os.environ[name] for name in SETTINGS if name in os.environ}
 
 
 def _seconds(value: float) -> str:
