@@ -242,6 +242,30 @@ if __name__ == "__main__":
     main()
 """
 
+#: Lambdas written in the jit's own call, in main() (one reading its locals,
+#: one batched by vmap) and at module level.
+WRITTEN_LAMBDAS = """
+import sys
+
+import jax
+import jax.numpy as jnp
+
+norms = jax.jit(jax.vmap(lambda v: jnp.sqrt(jnp.dot(v, v))))
+
+
+def main():
+    scale = float(sys.argv[1]) if len(sys.argv) > 1 else 1.0
+    weights = jnp.linspace(-1.0, 1.0, 12).reshape(4, 3)
+    predict = jax.jit(lambda inputs: jnp.tanh(inputs @ weights) * scale)
+    squares = jax.jit(jax.vmap(lambda v: jnp.dot(v, v) * scale))
+    for i in range(3):
+        x = jnp.ones((2, 4)) * i
+        print(predict(x), squares(x), norms(x))
+
+
+if __name__ == "__main__":
+    main()
+"""
 
 #: A jitted helper given the program's lambdas as a static argument, as jax's
 #: advi example evaluates its densities on a grid.
@@ -713,6 +737,24 @@ def test_a_jit_of_a_named_lambda_is_staged(tmp_path: Path, source: str, name: st
     other = differential(root, "2.0", cache=cache, build=False)
     assert other.staged_calls(name) == 0
     assert {e["category"] for e in other.fallbacks()} == {"captured"}
+
+
+def test_jits_of_lambdas_written_in_the_call_are_staged(tmp_path: Path) -> None:
+    """``jax.jit(lambda ...)`` and ``jax.jit(jax.vmap(lambda ...))`` in main(),
+    reading its locals, and one at module level: each staged for its calls.
+    Another value of what main()'s lambdas close over falls back for them,
+    naming it; the module's, which reads none, stays staged."""
+    root, cache, built = _built(tmp_path, WRITTEN_LAMBDAS)
+    assert "staged 3 of 3" in built, built
+    names = ("main.<locals>.predict", "main.<locals>.squares", "norms")
+    same = differential(root, cache=cache, build=False)
+    assert [same.staged_calls(name) for name in names] == [3, 3, 3]
+    assert not same.fallbacks()
+    other = differential(root, "2.0", cache=cache, build=False)
+    assert [other.staged_calls(name) for name in names] == [0, 0, 3]
+    reasons = {(e["category"], str(e["reason"])) for e in other.fallbacks()}
+    assert {category for category, _ in reasons} == {"captured"}
+    assert all("scale" in reason for _, reason in reasons), reasons
 
 
 def test_functions_passed_as_static_arguments_are_staged_by_their_fingerprint(

@@ -83,6 +83,9 @@ class _Made:
     #: The lines of the variables it was read through (``f = partial(g, 1)``
     #: before ``jit(f)``), outermost first.
     via: tuple[int, ...] = ()
+    #: A lambda written in the expression (``jax.jit(jax.vmap(lambda v: ...))``),
+    #: which is the function itself: no def names it.
+    written: ast.Lambda | None = None
 
     def parameters(self, parameters: tuple[Parameter, ...]) -> tuple[Parameter, ...]:
         """The parameters of what jit wraps: a partial's bound ones left out,
@@ -259,6 +262,11 @@ class Definitions:
         made = self._made(statement.value.args[0], self._scope_variables(statement, owner))
         if made is None:
             return None
+        if made.written is not None:
+            prefix = f"{owner.qualname}.<locals>." if owner is not None else ""
+            scope: Scope = "nested" if owner is not None else "module"
+            node = _lambda_def(made.written, made.function)
+            return name, Definition(node, f"{prefix}{name}", scope), made
         own = owner.local.get(made.function) if owner is not None else None
         qualname = own or self.module_functions.get(made.function)
         for record in self.defs:
@@ -334,10 +342,13 @@ class Definitions:
         seen: frozenset[str] = frozenset(),
     ) -> _Made | None:
         """What a jitted expression makes of a function, or None for anything
-        else (a lambda written in the call, a call of the program's own). A
+        else (a call of the program's own). A
         name that is no def but a ``variable`` of the scope is read through
         its value (``marginal_likelihood = partial(gp, ...)``); one that holds
-        a lambda is that lambda's def (``_named_lambda``)."""
+        a lambda is that lambda's def (``_named_lambda``), as is a lambda
+        written in the expression."""
+        if isinstance(node, ast.Lambda):
+            return _Made("<lambda>", written=node)
         if isinstance(node, ast.Name):
             held = None if node.id in seen else variable(node.id)
             if held is None:  # a def
@@ -504,19 +515,23 @@ def _named_lambda(statement: ast.stmt) -> ast.FunctionDef | None:
         and isinstance(statement.value, ast.Lambda)
     ):
         return None
-    value = statement.value
+    return ast.copy_location(_lambda_def(statement.value, statement.targets[0].id), statement)
+
+
+def _lambda_def(value: ast.Lambda, name: str) -> ast.FunctionDef:
+    """A lambda as the def it stands for, at the lambda's place."""
     since_312: dict[str, Any] = (
         {"type_params": []} if "type_params" in ast.FunctionDef._fields else {}
     )
     node = ast.FunctionDef(
-        name=statement.targets[0].id,
+        name=name,
         args=value.args,
         body=[ast.copy_location(ast.Return(value.body), value)],
         decorator_list=[],
         returns=None,
         **since_312,
     )
-    return ast.copy_location(node, statement)
+    return ast.copy_location(node, value)
 
 
 def _locals(node: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
