@@ -7,6 +7,7 @@
 #   bash benchmarks/device_session.sh smoke      # build and run the page's example (~1 min)
 #   bash benchmarks/device_session.sh recorded   # examples/80_recorded: build, explain, run (~2 min)
 #   bash benchmarks/device_session.sh where      # the deep model's time above the floor, by doctor (~2 min)
+#   bash benchmarks/device_session.sh runtime-only  # a CPU build run with only core and the runtime (~1 min)
 #
 # Each part fits one call of at most 10 minutes; benchmarks/README.md says how
 # the calls go together. Every process that computes with jax runs alone, one
@@ -225,8 +226,64 @@ where)
         echo "floor again:                        $(timed python -c 'import jax; jax.devices()')"
     } | tee "$report"
     ;;
+runtime-only)
+    # The page's example as built on the CPU for ["cpu", "tpu"]
+    # (.whl-tpu/project, made by device_wheels.sh), run here from a venv
+    # with only ppy-core and ppy-runtime-pjrt: no plugin, so no build.
+    # Twice: the first run compares each symbolic export with jit's program
+    # on the chip, the second reads that verdict from the cache. Written to
+    # the results folder as runtime-only.txt.
+    name=$(python tests/device/run.py --probe | python -c \
+        'import json, sys; sys.path.insert(0, "benchmarks"); from ppybench.machine import results_name; print(results_name(json.load(sys.stdin)) or "")')
+    if [ -z "$name" ]; then say "no accelerator here"; exit 0; fi
+    report="$ROOT/benchmarks/results/$name/runtime-only.txt"
+    runtime=$(mktemp -d)/venv
+    python3 -m venv --system-site-packages "$runtime" >/dev/null || exit 1
+    "$runtime/bin/pip" install -q --no-index --no-deps .whl-tpu/ppy_core-*.whl \
+        .whl-tpu/ppy_runtime_pjrt-*.whl .whl-tpu/structlog-*.whl .whl-tpu/stevedore-*.whl \
+        .whl-tpu/flatbuffers-*.whl || exit 1
+    work=$(mktemp -d)
+    cp -r .whl-tpu/project "$work/page"
+    cd "$work/page" || exit 1
+    export PPY_CACHE_DIR="$work/cache"
+    "$runtime/bin/python" model.ppy >python.out
+    python_status=$?
+    {
+        echo "examples/25_jax_export built on the CPU for [\"cpu\", \"tpu\"], run on $name"
+        echo "python model.ppy: exit status $python_status"
+        echo "installed: $("$runtime/bin/pip" list --format freeze 2>/dev/null | grep -i '^ppy' | tr '\n' ' ')"
+        for run in first second; do
+            echo
+            echo "$ ppy --log-format json -v run --no-build model.ppy   ($run run)"
+            "$runtime/bin/ppy" --log-format json -v run --no-build model.ppy >ppy.out 2>events.jsonl
+            echo "exit status $?"
+            python3 - <<'PY'
+import collections, json
+paths = collections.Counter()
+for line in open("events.jsonl"):
+    try:
+        event = json.loads(line)
+    except ValueError:
+        continue
+    kind = event.get("event")
+    if kind == "run.call":
+        paths[(event["function"], event["path"])] += 1
+    elif kind == "run.compared":
+        print(f"  compared  {event.get('function')} on {event.get('platform')}: {event.get('source')}, same as jit's: {event.get('same')}")
+    elif kind in ("run.fallback", "run.unbound"):
+        print(f"  {kind}  {event.get('function')}: {event.get('category')}: {event.get('reason')}")
+for (function, path), count in sorted(paths.items()):
+    print(f"  {function}  {path}: {count} calls")
+PY
+            if cmp -s python.out ppy.out; then echo "stdout: the same as python's"; else
+                echo "stdout DIFFERS from python's:"
+                diff python.out ppy.out
+            fi
+        done
+    } | tee "$report"
+    ;;
 *)
-    echo "usage: $0 bench|fidelity|smoke|recorded|where" >&2
+    echo "usage: $0 bench|fidelity|smoke|recorded|where|runtime-only" >&2
     exit 2
     ;;
 esac

@@ -9,6 +9,9 @@
 #
 #   bash benchmarks/device_wheels.sh          # here, in the repository, with network
 #
+# It also builds the page's example for the CPU and the TPU into
+# .whl-tpu/project, with the ppy of this environment (`python3 -m ppy`).
+#
 # then name .whl-tpu in the device call's carry (benchmarks/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,5 +31,15 @@ python3 -m pip download -q --no-deps --only-binary=:all: \
     --python-version "$PYTHON_VERSION" --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
     -d "$WHEELS" "structlog>=24" "stevedore>=5.6" flatbuffers
+
+# The page's example built here, on the CPU, for the CPU and the TPU: what
+# `device_session.sh runtime-only` runs there with only ppy-core and
+# ppy-runtime-pjrt installed (docs/accelerators.md, a runtime-only install).
+project="$WHEELS/project"
+cp -r examples/25_jax_export "$project"
+rm -rf "$project/.ppy"
+printf 'platforms = ["cpu", "tpu"]\n' >>"$project/pyproject.toml"
+(cd "$project" && JAX_PLATFORMS=cpu PPY_CACHE_DIR="$(mktemp -d)" python3 -m ppy build)
+
 ls -1 "$WHEELS"
 du -sh "$WHEELS"
