@@ -276,6 +276,58 @@ def test_a_jit_a_function_returns_is_found_under_its_return() -> None:
     assert returned.reads == ("predict",)
 
 
+def test_a_lambda_written_in_the_jits_call_is_read_as_its_def() -> None:
+    module = discover(
+        """
+        import jax
+
+        norms = jax.jit(jax.vmap(lambda v: (v * v).sum()))
+
+        def main(scale):
+            predict = jax.jit(lambda inputs, bias=0.0: inputs * scale + bias)
+            return predict
+        """
+    )
+    found = {f.qualname: f for f in module.functions if f.decorators}
+    assert sorted(found) == ["main.<locals>.predict", "norms"]
+    assert [p.name for p in found["norms"].parameters] == ["v"]
+    predict = found["main.<locals>.predict"]
+    assert [(p.name, p.has_default) for p in predict.parameters] == [
+        ("inputs", False),
+        ("bias", True),
+    ]
+    assert predict.made == "jax.jit(lambda inputs, bias=0.0: inputs * scale + bias)"
+
+
+def test_a_jit_called_where_it_is_made_is_found_by_its_line() -> None:
+    """Alone on its line, in the function's own code: not two on one line,
+    nor one in a lambda or a comprehension, which run in frames of their own
+    (python 3.12 runs a list comprehension in the function's frame, so one
+    beside it on its line is not told apart from it either)."""
+    module = discover(
+        """
+        import jax
+
+        def loss(w, x):
+            return (w * x).sum()
+
+        def main(w, xs):
+            for x in xs:
+                print(jax.jit(loss)(w, x))
+            g = jax.jit(jax.grad(loss))(w, xs[0])
+            both = jax.jit(loss)(w, xs[0]) + jax.jit(loss)(w, xs[1])
+            later = lambda x: jax.jit(loss)(w, x)
+            listed = [jax.jit(loss)(w, x) for x in xs]
+            mixed = jax.jit(loss)(w, xs[0]), [jax.jit(loss)(w, x) for x in xs]
+            return g, both, later, listed, mixed
+        """
+    )
+    made = {f.qualname: f for f in module.functions if f.made is not None}
+    assert sorted(made) == ["main.<locals>.<jit-10>", "main.<locals>.<jit-9>"]
+    assert made["main.<locals>.<jit-9>"].made == "jax.jit(loss)"
+    assert [p.name for p in made["main.<locals>.<jit-10>"].parameters] == ["w", "x"]
+
+
 @pytest.mark.parametrize(
     ("imports", "decorator", "name", "keywords"),
     [

@@ -267,6 +267,41 @@ if __name__ == "__main__":
     main()
 """
 
+#: Jits called where main() makes them, no name holding them, each the only
+#: one on its line: of a module-level def, of its gradient, and of a partial
+#: that binds a local of main(); two on one line are not told apart.
+CALLED_WHERE_MADE = """
+import sys
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+
+
+def loss(w, x):
+    return jnp.sum(jnp.tanh(x @ w) ** 2)
+
+
+def scaled(scale, x):
+    return jnp.sin(x) * scale
+
+
+def main():
+    scale = float(sys.argv[1]) if len(sys.argv) > 1 else 1.0
+    w = jnp.linspace(-1.0, 1.0, 12).reshape(4, 3)
+    for i in range(3):
+        x = jnp.ones((2, 4)) * i
+        print(jax.jit(loss)(w, x))
+        w = w - 0.1 * jax.jit(jax.grad(loss))(w, x)
+        print(jax.jit(partial(scaled, scale))(x))
+        print(jax.jit(loss)(w, x) + jax.jit(loss)(w, -x))
+    print(w)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
 #: A jitted helper given the program's lambdas as a static argument, as jax's
 #: advi example evaluates its densities on a grid.
 STATIC_FUNCTIONS = """
@@ -752,6 +787,33 @@ def test_jits_of_lambdas_written_in_the_call_are_staged(tmp_path: Path) -> None:
     assert not same.fallbacks()
     other = differential(root, "2.0", cache=cache, build=False)
     assert [other.staged_calls(name) for name in names] == [0, 0, 3]
+    reasons = {(e["category"], str(e["reason"])) for e in other.fallbacks()}
+    assert {category for category, _ in reasons} == {"captured"}
+    assert all("scale" in reason for _, reason in reasons), reasons
+
+
+def test_jits_called_where_they_are_made_are_staged_by_their_line(tmp_path: Path) -> None:
+    """``jax.jit(loss)(w, x)`` in main(), made again at each call: each such
+    jit, the only one on its line, is a candidate named by the line, staged
+    for every call. The one whose partial binds a local of main() falls back
+    for another value of it, naming it; two jits on one line stay jit's."""
+    root, cache, built = _built(tmp_path, CALLED_WHERE_MADE)
+    lines = textwrap.dedent(CALLED_WHERE_MADE).lstrip().splitlines()
+    loss, grad, partial_ = (
+        f"main.<locals>.<jit-{lines.index(text) + 1}>"
+        for text in (
+            "        print(jax.jit(loss)(w, x))",
+            "        w = w - 0.1 * jax.jit(jax.grad(loss))(w, x)",
+            "        print(jax.jit(partial(scaled, scale))(x))",
+        )
+    )
+    assert "staged 3 of 3" in built, built
+    same = differential(root, cache=cache, build=False)
+    assert same.bound() == {loss, grad, partial_}
+    assert [same.staged_calls(name) for name in (loss, grad, partial_)] == [3, 3, 3]
+    assert not same.fallbacks()
+    other = differential(root, "2.0", cache=cache, build=False)
+    assert [other.staged_calls(name) for name in (loss, grad, partial_)] == [3, 3, 0]
     reasons = {(e["category"], str(e["reason"])) for e in other.fallbacks()}
     assert {category for category, _ in reasons} == {"captured"}
     assert all("scale" in reason for _, reason in reasons), reasons

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -17,6 +18,8 @@ from typing import Any, Final, Literal
 from ppy.discovery.names import (
     RETURNED,
     Names,
+    called_jits,
+    called_name,
     function_statements,
     is_main_guard,
     module_statements,
@@ -285,18 +288,46 @@ class Definitions:
         with ``kernel`` its parameter) only the running program can make, and
         ``ppy record`` exports it from there (``FunctionInfo.reads``). A name
         assigned twice in ``owner`` is left out, as the run could bind either,
-        and so are returned jits where ``owner`` returns more than one."""
+        and so are returned jits where ``owner`` returns more than one. A jit
+        called where it is made (``jax.jit(loss)(w, x)``) is named by its line
+        (``called_name``), where it is the line's only one."""
+        statements = function_statements(owner.node.body)
+        jits = self._jit_lines(owner.node)
         found = [
             (statement, jitted)
-            for statement in function_statements(owner.node.body)
+            for statement in (s for own in statements for s in (own, *self._called(own, jits)))
             if (jitted := self._jit_assignment(statement, owner)) is not None
         ]
         returned = sum(1 for _, (name, _, _) in found if name == RETURNED)
         for statement, (name, record, made) in found:
-            once = returned if name == RETURNED else _assignments(owner.node, name)
+            if name == RETURNED:
+                once = returned
+            elif name == called_name(statement.lineno):
+                once = 1
+            else:
+                once = _assignments(owner.node, name)
             if once == 1:
                 assert isinstance(statement, ast.Assign | ast.Return)
                 yield statement, name, record, made
+
+    def _called(self, statement: ast.stmt, jits: Counter[int]) -> Iterator[ast.Assign]:
+        """Each ``jax.jit(made)`` that ``statement`` calls where it makes it, as
+        the assignment ``<jit-LINE> = jax.jit(made)`` at its place, where it
+        is the function's only ``jax.jit`` on its line (``jits``): the run
+        knows a call site by its line alone, and python 3.12 runs a list
+        comprehension's code in the function's own frame."""
+        for call in called_jits(statement):
+            if self.resolve(call.func) == "jax.jit" and jits[call.lineno] == 1:
+                target = ast.Name(called_name(call.lineno), ast.Store())
+                yield ast.copy_location(ast.Assign(targets=[target], value=call), call)
+
+    def _jit_lines(self, node: ast.AST) -> Counter[int]:
+        """How many calls of ``jax.jit`` each line of ``node`` holds."""
+        return Counter(
+            call.lineno
+            for call in ast.walk(node)
+            if isinstance(call, ast.Call) and self.resolve(call.func) == "jax.jit"
+        )
 
     def _scope_variables(
         self, statement: ast.Assign | ast.Return, owner: Definition | None

@@ -15,6 +15,8 @@ from typing import Final
 __all__ = [
     "RETURNED",
     "Names",
+    "called_jits",
+    "called_name",
     "function_statements",
     "imported_modules",
     "is_main_guard",
@@ -25,6 +27,41 @@ __all__ = [
 #: The name of a jit a function makes and returns, no name holding it
 #: (``return jax.jit(vmap(predict))`` in ``train``: ``train.<locals>.<return>``).
 RETURNED: Final = "<return>"
+
+#: The fields of a compound statement that hold statements, not its own expressions.
+_BLOCKS: Final = frozenset({"body", "orelse", "finalbody", "handlers", "cases"})
+#: Expressions whose code runs in a frame of its own (python 3.11 makes one
+#: for a comprehension too), where a call site names another function.
+_OWN_FRAMES: Final = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def called_name(line: int) -> str:
+    """The name of a jit called where it is made, no name holding it
+    (``print(jax.jit(loss)(w, x))`` on line 41 of ``main``:
+    ``main.<locals>.<jit-41>``)."""
+    return f"<jit-{line}>"
+
+
+def called_jits(statement: ast.stmt) -> Iterator[ast.Call]:
+    """The calls in ``statement``'s own expressions whose result is called
+    at once (``jax.jit(loss)`` of ``jax.jit(loss)(w, x)``), in source order:
+    not those of the statements it holds, nor of a lambda or comprehension,
+    whose code runs in a frame of its own."""
+    pending: list[ast.AST] = [
+        value
+        for field, value in ast.iter_fields(statement)
+        if field not in _BLOCKS and isinstance(value, ast.AST)
+    ]
+    found: list[ast.Call] = []
+    while pending:
+        node = pending.pop()
+        if isinstance(node, _OWN_FRAMES):
+            continue
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Call):
+            found.append(node.func)
+        pending.extend(ast.iter_child_nodes(node))
+    yield from sorted(found, key=lambda call: (call.lineno, call.col_offset))
+
 
 _TYPE_ALIAS: Final = frozenset({"typing.TypeAlias", "typing_extensions.TypeAlias"})
 

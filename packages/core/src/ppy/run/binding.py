@@ -43,7 +43,13 @@ from types import CodeType, ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ppy._hook import PpyFinder, find_ppy_source
-from ppy.discovery.names import RETURNED, function_statements, module_statements
+from ppy.discovery.names import (
+    RETURNED,
+    called_jits,
+    called_name,
+    function_statements,
+    module_statements,
+)
 from ppy.layout import module_name
 from ppy.run.made import MadeJits
 from ppy.runtime import NotBound, Runtime
@@ -119,7 +125,8 @@ def _call_sites(tree: ast.Module, staged: frozenset[str]) -> dict[str, tuple[str
     """``BoundSource.sites``: the lines of each staged jit made by a call,
     by the function that makes it (``<module>`` for module-level code).
     Discovery took only calls whose name is assigned once in its function,
-    and a function's one ``return jax.jit(...)``."""
+    a function's one ``return jax.jit(...)``, and a jit called where it is
+    made, the only one on its line."""
     found: dict[str, tuple[str, tuple[int, ...]]] = {}
     # ``name = jax.jit(...)`` at module level inside a block (the main guard,
     # a loop): no statement after it binds the name at the top level, so
@@ -142,6 +149,11 @@ def _call_sites(tree: ast.Module, staged: frozenset[str]) -> dict[str, tuple[str
                 # its other returns never call jax.jit themselves.
                 lines = found.get(qualname, (owner.name, ()))[1]
                 found[qualname] = (owner.name, (*lines, *_lines(made)))
+            for call in called_jits(statement):
+                # A jit called where it is made, named by its line (discovery).
+                qualname = f"{owner.name}.<locals>.{called_name(call.lineno)}"
+                if qualname in staged:
+                    found[qualname] = (owner.name, _lines(call))
     return found
 
 
