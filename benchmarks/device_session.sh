@@ -36,6 +36,46 @@ exec > >(tee -a "$OUT/session.log") 2>&1
 say() { echo "[$(($(date +%s) - STARTED)) s] $*"; }
 elapsed() { echo $(($(date +%s) - STARTED)); }
 
+# The results folder of this machine's accelerator (tpu-v5e), or nothing on a CPU.
+results_folder() {
+    python tests/device/run.py --probe | python -c 'import json, sys
+sys.path.insert(0, "benchmarks")
+from ppybench.machine import results_name
+print(results_name(json.load(sys.stdin)) or "")'
+}
+
+# Each function's calls by path, and each comparison, fallback and unbound
+# entry, from a run's JSON log.
+paths_taken() {
+    python3 - "$1" <<'PY'
+import collections, json, sys
+paths = collections.Counter()
+for line in open(sys.argv[1]):
+    try:
+        event = json.loads(line)
+    except ValueError:
+        continue
+    kind = event.get("event")
+    if kind == "run.call":
+        paths[(event["function"], event["path"])] += 1
+    elif kind == "run.compared":
+        print(f"  compared  {event.get('function')} on {event.get('platform')}: "
+              f"{event.get('source')}, same as jit's: {event.get('same')}")
+    elif kind in ("run.fallback", "run.unbound"):
+        print(f"  {kind}  {event.get('function')}: {event.get('category')}: {event.get('reason')}")
+for (function, path), count in sorted(paths.items()):
+    print(f"  {function}  {path}: {count} calls")
+PY
+}
+
+# Whether ppy.out is python.out, with the difference where it is not.
+same_as_python() {
+    if cmp -s python.out ppy.out; then echo "stdout: the same as python's"; else
+        echo "stdout DIFFERS from python's:"
+        diff python.out ppy.out
+    fi
+}
+
 pack() {
     # The results folders this call wrote in (a file newer than its start;
     # rewriting a file leaves its folder's time as it was), with the log.
@@ -148,8 +188,7 @@ recorded)
     # examples/80_recorded as committed (its recording made on the CPU): what
     # the build stages here, why, and which path each call took, written to
     # the results folder as recorded.txt.
-    name=$(python tests/device/run.py --probe | python -c \
-        'import json, sys; sys.path.insert(0, "benchmarks"); from ppybench.machine import results_name; print(results_name(json.load(sys.stdin)) or "")')
+    name=$(results_folder)
     if [ -z "$name" ]; then say "no accelerator here"; exit 0; fi
     report="$ROOT/benchmarks/results/$name/recorded.txt"
     work=$(mktemp -d)
@@ -169,25 +208,8 @@ recorded)
         echo
         echo "$ ppy --log-format json -v run model.ppy  (the calls' paths, counted)"
         ppy --log-format json -v run model.ppy >ppy.out 2>events.jsonl
-        python - <<'PY'
-import collections, json
-paths = collections.Counter()
-for line in open("events.jsonl"):
-    try:
-        event = json.loads(line)
-    except ValueError:
-        continue
-    if event.get("event") == "run.call":
-        paths[(event["function"], event["path"])] += 1
-    elif event.get("event") == "run.fallback":
-        print(f"  fallback  {event['function']}: {event['category']}: {event['reason']}")
-for (function, path), count in sorted(paths.items()):
-    print(f"  {function}  {path}: {count} calls")
-PY
-        if cmp -s python.out ppy.out; then echo "stdout: the same as python's"; else
-            echo "stdout DIFFERS from python's:"
-            diff python.out ppy.out
-        fi
+        paths_taken events.jsonl
+        same_as_python
     } | tee "$report"
     ;;
 where)
@@ -195,8 +217,7 @@ where)
     # floor: ppy doctor --program with a cold executable cache, then a warm
     # one, beside one timed process each of the floor, python, and python
     # with jax's cache. Written to the results folder as where.txt.
-    name=$(python tests/device/run.py --probe | python -c \
-        'import json, sys; sys.path.insert(0, "benchmarks"); from ppybench.machine import results_name; print(results_name(json.load(sys.stdin)) or "")')
+    name=$(results_folder)
     if [ -z "$name" ]; then say "no accelerator here"; exit 0; fi
     report="$ROOT/benchmarks/results/$name/where.txt"
     work=$(mktemp -d)
@@ -233,8 +254,7 @@ runtime-only)
     # Twice: the first run compares each symbolic export with jit's program
     # on the chip, the second reads that verdict from the cache. Written to
     # the results folder as runtime-only.txt.
-    name=$(python tests/device/run.py --probe | python -c \
-        'import json, sys; sys.path.insert(0, "benchmarks"); from ppybench.machine import results_name; print(results_name(json.load(sys.stdin)) or "")')
+    name=$(results_folder)
     if [ -z "$name" ]; then say "no accelerator here"; exit 0; fi
     report="$ROOT/benchmarks/results/$name/runtime-only.txt"
     runtime=$(mktemp -d)/venv
@@ -257,28 +277,8 @@ runtime-only)
             echo "$ ppy --log-format json -v run --no-build model.ppy   ($run run)"
             "$runtime/bin/ppy" --log-format json -v run --no-build model.ppy >ppy.out 2>events.jsonl
             echo "exit status $?"
-            python3 - <<'PY'
-import collections, json
-paths = collections.Counter()
-for line in open("events.jsonl"):
-    try:
-        event = json.loads(line)
-    except ValueError:
-        continue
-    kind = event.get("event")
-    if kind == "run.call":
-        paths[(event["function"], event["path"])] += 1
-    elif kind == "run.compared":
-        print(f"  compared  {event.get('function')} on {event.get('platform')}: {event.get('source')}, same as jit's: {event.get('same')}")
-    elif kind in ("run.fallback", "run.unbound"):
-        print(f"  {kind}  {event.get('function')}: {event.get('category')}: {event.get('reason')}")
-for (function, path), count in sorted(paths.items()):
-    print(f"  {function}  {path}: {count} calls")
-PY
-            if cmp -s python.out ppy.out; then echo "stdout: the same as python's"; else
-                echo "stdout DIFFERS from python's:"
-                diff python.out ppy.out
-            fi
+            paths_taken events.jsonl
+            same_as_python
         done
     } | tee "$report"
     ;;
