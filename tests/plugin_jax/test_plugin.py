@@ -55,6 +55,16 @@ class Model:
     def method(self, x: X):
         return x
 
+    @staticmethod
+    @jax.jit
+    def static_method(x: X):
+        return x
+
+    @classmethod
+    @jax.jit
+    def class_method(cls, x: X):
+        return x
+
 def outer():
     @jax.jit
     def nested(x: X):
@@ -182,6 +192,9 @@ def test_the_plugins_own_rules_say_what_cannot_be_exported() -> None:
     assert "rest (*args)" in kinds and "extra (**kwargs)" in kinds
     assert "scale" not in kinds and "x (" not in kinds
     assert "called through an instance" in _failed("method")["scope"]
+    # A static method's class hands on the jit itself; a class method's does not.
+    assert _failed("static_method") == {}
+    assert _failed("class_method").keys() == {"scope", "decorated"}
     # Made inside a function: staged where jax.jit makes it (the worker
     # refuses one that reads the enclosing function's variables).
     assert "scope" not in _failed("nested")

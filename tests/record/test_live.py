@@ -302,6 +302,36 @@ if __name__ == "__main__":
     main()
 """
 
+#: A jit a class holds as a static method, called through the class, and
+#: inside another jit's trace.
+STATIC_METHOD = """
+import jax
+import jax.numpy as jnp
+
+
+class Net:
+    @staticmethod
+    @jax.jit
+    def forward(w, x):
+        return jnp.tanh(x @ w)
+
+
+@jax.jit
+def loss(w, x):
+    return jnp.sum(Net.forward(w, x) ** 2)
+
+
+def main():
+    w = jnp.linspace(-1.0, 1.0, 16).reshape(4, 4)
+    for i in range(3):
+        x = jnp.ones((2, 4)) * i
+        print(Net.forward(w, x).sum(), loss(w, x))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
 #: A jitted helper given the program's lambdas as a static argument, as jax's
 #: advi example evaluates its densities on a grid.
 STATIC_FUNCTIONS = """
@@ -419,8 +449,9 @@ if __name__ == "__main__":
 """
 
 
-def _recorded(tmp_path: Path, source: str, **env: str) -> tuple[Path, Path]:
-    """A project of ``source`` recorded once: its root and its executable cache."""
+def _recorded(tmp_path: Path, source: str, *, live: bool = True, **env: str) -> tuple[Path, Path]:
+    """A project of ``source`` recorded once: its root and its executable
+    cache; ``live``, with an export made by the recorded process."""
     root = tmp_path / "project"
     root.mkdir()
     (root / "model.ppy").write_text(textwrap.dedent(source).lstrip())
@@ -429,14 +460,14 @@ def _recorded(tmp_path: Path, source: str, **env: str) -> tuple[Path, Path]:
     recorded = _ppy(root, cache, "--log-format", "json", "-v", "record", "model.ppy", **env)
     assert recorded.returncode == 0, recorded.stderr
     exported = json_events(recorded.stderr, "record.exported")
-    assert exported, recorded.stderr
+    assert bool(exported) == live, recorded.stderr
     return root, cache
 
 
-def _built(tmp_path: Path, source: str, **env: str) -> tuple[Path, Path, str]:
+def _built(tmp_path: Path, source: str, *, live: bool = True, **env: str) -> tuple[Path, Path, str]:
     """A project of ``source`` recorded once and built: its root, its
     executable cache, and what the build printed."""
-    root, cache = _recorded(tmp_path, source, **env)
+    root, cache = _recorded(tmp_path, source, live=live, **env)
     built = _ppy(root, cache, "build", **env)
     assert built.returncode == 0, built.stdout + built.stderr
     return root, cache, built.stdout
@@ -817,6 +848,19 @@ def test_jits_called_where_they_are_made_are_staged_by_their_line(tmp_path: Path
     reasons = {(e["category"], str(e["reason"])) for e in other.fallbacks()}
     assert {category for category, _ in reasons} == {"captured"}
     assert all("scale" in reason for _, reason in reasons), reasons
+
+
+def test_a_jit_a_class_holds_as_a_static_method_is_staged(tmp_path: Path) -> None:
+    """``@staticmethod`` over ``@jax.jit``: the class hands on the jit as it
+    is, so the recording describes it and ``Net.forward(w, x)`` is served
+    staged; its call inside ``loss``'s trace is jit's, as under python."""
+    root, cache, built = _built(tmp_path, STATIC_METHOD, live=False)
+    assert "staged 2 of 2" in built, built
+    same = differential(root, cache=cache, build=False)
+    assert same.bound() == {"Net.forward", "loss"}
+    assert same.staged_calls("Net.forward") == same.staged_calls("loss") == 3
+    inside = {(e["function"], e["category"]) for e in same.fallbacks()}
+    assert inside <= {("Net.forward", "tracer")}, inside
 
 
 def test_functions_passed_as_static_arguments_are_staged_by_their_fingerprint(

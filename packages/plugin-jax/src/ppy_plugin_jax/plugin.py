@@ -388,6 +388,8 @@ def _outermost(function: FunctionInfo) -> Check:
     outer = [d.name for d in function.decorators]
     if not outer or outer[0] == "jax.jit":
         return Check("decorated", True, "@jax.jit is the outermost decorator")
+    if function.static_method and outer[1:2] == ["jax.jit"]:
+        return Check("decorated", True, "@staticmethod hands on the jit under it as it is")
     return Check(
         "decorated",
         False,
@@ -410,9 +412,11 @@ def _scope(function: FunctionInfo) -> Check:
     function or under the main guard where ``jax.jit`` makes it, rebuilt at
     build from its code (the worker refuses one that reads its enclosing
     function's variables); a method is called through an instance the build
-    does not have."""
+    does not have, but for a static method, which its class hands on."""
     if function.scope == "module":
         return Check("scope", True, "module-level function")
+    if function.static_method:
+        return Check("scope", True, "a static method, reached through its class")
     if function.scope == "method":
         return Check(
             "scope",

@@ -451,7 +451,7 @@ def _export_variants(
     from jax._src import config as jax_config
     from ppy.kinds.trace_config import read as read_config
 
-    if function.get("scope", "module") == "module":
+    if function.get("scope", "module") in ("module", "method"):  # a method: a static one
         fn: Any = module
         for part in function["qualname"].split("."):
             fn = getattr(fn, part)

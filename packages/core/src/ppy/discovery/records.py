@@ -181,6 +181,14 @@ class FunctionInfo:
         return f"{self.path}:{self.lineno}"
 
     @property
+    def static_method(self) -> bool:
+        """A method under ``@staticmethod``: its class hands on what is under
+        the decorator as it is, so ``Net.forward`` is the jit itself, reached
+        with no instance."""
+        outer = [d.name for d in self.decorators[:1]]
+        return self.scope == "method" and outer == ["staticmethod"]
+
+    @property
     def static(self) -> frozenset[str]:
         """The parameters a decorator makes static, by name (numbers resolved
         against the positional parameters, as jax resolves them)."""

@@ -29,7 +29,7 @@ def apply_recording(module: ModuleInfo, signatures: Signatures | None) -> Module
     changed = False
     for function in module.functions:
         calls = signatures.for_function(module.name, function.qualname)
-        if calls is None or function.scope == "method":
+        if calls is None or (function.scope == "method" and not function.static_method):
             functions.append(function)
             continue
         general = generalise(calls.signatures())

@@ -42,7 +42,8 @@ _JIT = "jax.jit"
 
 
 #: Where a recorded function may be defined: at module level, inside a
-#: function, or under ``if __name__ == "__main__":`` (not a method).
+#: function, or under ``if __name__ == "__main__":`` (not a method, but a
+#: static one).
 _SCOPES = frozenset({"module", "nested", "main"})
 
 
@@ -53,7 +54,7 @@ def candidates(modules: Sequence[ModuleInfo]) -> dict[str, dict[str, FunctionInf
         functions = {
             f.qualname: f
             for f in module.functions
-            if f.scope in _SCOPES and any(d.name == _JIT for d in f.decorators)
+            if (f.scope in _SCOPES or f.static_method) and any(d.name == _JIT for d in f.decorators)
         }
         if functions:
             found[module.name] = functions
