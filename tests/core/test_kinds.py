@@ -139,6 +139,7 @@ def test_the_manifest_fields_are_the_documented_ones() -> None:
         "compared_on",
         "captures",
         "donated",
+        "linearized",
         "trace_config",
         "in_shardings",
         "mesh",

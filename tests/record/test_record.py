@@ -888,6 +888,72 @@ def test_a_function_called_only_under_jax_grad_is_recorded_and_served_by_its_vjp
     assert not compared.fallbacks()
 
 
+GRADIENTS = """
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+OTHER = sys.argv[1:] == ["other"]
+
+
+@jax.jit
+def surface(board):
+    return [[(b - a) * 10.0, a - i * 0.1] for i, (a, b) in enumerate(zip(board, board[1:]))]
+
+
+@jax.jit
+def solve(k, l, x0, v):
+    d = jnp.sqrt(v * v + 4.9 * (l - k * x0))
+    return (-v - d) / 9.8, (-v + d) / 9.8, k * d, l * d
+
+
+@jax.jit
+def loss(w, x):
+    return jnp.sum(jnp.tanh(x * w) ** 2)
+
+
+def bounce(board, x0, v):
+    for i, (k, l) in enumerate(surface(board)):
+        first, second, y1, y2 = solve(k, l, x0, v)
+        if second > 0.12 - i * 0.01:  # Python control flow on the primal values
+            return (second + y1) ** 2 if OTHER else (first * y2) ** 2
+    return 0.0
+
+
+board = jnp.asarray(np.random.default_rng(0).random(6), jnp.float32)
+for step in range(4):
+    board = board - 0.1 * jax.grad(bounce)(board, 1, 0.5 + 0.1 * step)
+    value, g = jax.value_and_grad(loss)(board, jnp.arange(6.0))
+    print(step, np.asarray(board).tobytes().hex(), value.tolist(), np.asarray(g).tobytes().hex())
+"""
+
+
+def test_calls_under_grad_are_served_by_the_programs_jit_runs_there(tmp_path: Path) -> None:
+    """Jitted pieces of a Python function that ``jax.grad`` differentiates
+    through control flow on their values (jax's ``physical_optimization``):
+    the recording notes which inputs carried a tangent and which outputs
+    each backward pass gave a cotangent, the build exports jit's own primal
+    and transposed programs for them, and every call under ``jax.grad`` is
+    staged with python's bits, without ``staged-vjp``. A pattern of
+    cotangents the recording did not see has its backward pass traced as
+    jit traces it, with a line, and the bits are python's still."""
+    root, cache, functions = _recorded(tmp_path, GRADIENTS)
+    patterns = [call["cotangents"] for call in functions["model.solve"]["gradients"]]
+    assert patterns == [[[0, 3]]], patterns
+    compared = differential(root, cache=cache)
+    calls = {name: compared.staged_calls(name) for name in ("surface", "solve", "loss")}
+    assert calls == {"surface": 4, "solve": functions["model.solve"]["calls"], "loss": 4}, calls
+    assert not compared.fallbacks()
+    other = differential(root, "other", cache=cache, build=False)
+    assert (other.staged_calls("surface"), other.staged_calls("loss")) == (4, 4)
+    assert other.staged_calls("solve") >= 4  # another path: as many calls as python makes
+    reasons = {(e["function"], e["category"], str(e["reason"])) for e in other.fallbacks()}
+    assert ("solve", "tracer") in {r[:2] for r in reasons}, reasons
+    assert all("cotangents of outputs (1, 2)" in r[2] for r in reasons), reasons
+
+
 def test_a_program_whose_file_name_is_no_identifier_is_recorded_and_run(tmp_path: Path) -> None:
     """``forward-forward-mnist.ppy`` runs under python: its recording (a
     NamedTuple of the program's own among the inputs) is read back, built

@@ -183,6 +183,7 @@ def _module_request(target: StageTarget, *, vjp: bool) -> dict[str, Any]:
                 "closure": json.loads(f.closure) if f.closure is not None else None,
                 "made": f.made,
                 "sizes": json.loads(f.sizes) if f.sizes is not None else None,
+                "gradients": json.loads(f.gradients) if f.gradients is not None else None,
                 # Policy let it through; its VJP where the project asks for one.
                 "vjp": vjp and f.differentiated is not None,
                 "params": [

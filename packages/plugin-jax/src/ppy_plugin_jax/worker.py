@@ -486,7 +486,9 @@ def _export_variants(
             variants, note = _at_recorded_sizes(fn, module, function, request, statics, refusal)
             trail = [{"rule": refusal.rule, "detail": f"{refusal.reason}; exported {note} instead"}]
         traced_under = read_config(jax.config, jax_config.trace_context_names())
-    contract = _contract(inputs, params, variants, read, traced_under)
+        linear, left = _linearized(fn, flat, variants, function.get("gradients") or [], request)
+    trail += [{"rule": "linearized", "detail": why} for why in left]
+    contract = _contract(inputs, params, variants, read, traced_under, linear)
     payload = contract.to_payload()
     shown = [s["shown"] for s in inputs.specs]
     return {
@@ -502,12 +504,41 @@ def _export_variants(
     }
 
 
+def _linearized(
+    fn: Any,
+    flat: _Flat,
+    variants: Sequence[tuple[Any, tuple[str, ...]]],
+    recorded: Sequence[Mapping[str, Any]],
+    request: Mapping[str, Any],
+) -> tuple[list[Any], list[str]]:
+    """jit's own programs for the calls a recording saw under ``jax.grad``
+    (``ppy_plugin_jax.linearize``), and why any was left out: such a call
+    is then served as before, by the export's VJP or by jit."""
+    import jax
+
+    from ppy_plugin_jax.linearize import linearized
+
+    if not recorded or any(flat.donated()):
+        return [], []
+
+    def call_with(static: Mapping[str, Any], leaves: Sequence[Any]) -> Any:
+        args, kwargs = flat.call(static, leaves)
+        return fn(*args, **kwargs)
+
+    targets = request.get("platforms") or [jax.default_backend()]
+    try:
+        return linearized(call_with, flat.names, [v for v, _ in variants], recorded, targets)
+    except Exception as error:  # jax's own trace of jax.vjp: any failure leaves jit's path
+        return [], [f"jit's programs under jax.grad were not exported: {type(error).__name__}"]
+
+
 def _contract(
     inputs: _Inputs,
     params: Sequence[Mapping[str, Any]],
     variants: Sequence[tuple[Any, tuple[str, ...]]],
     read: tuple[Any, ...],
     traced_under: Mapping[str, str],
+    linearized: Sequence[Any] = (),
 ) -> Any:
     """The ``JaxExport`` contract of these variants: what a build's worker and
     a recorded process (``ppy_plugin_jax.live``) both write."""
@@ -525,6 +556,7 @@ def _contract(
         trace_config=traced_under,
         mesh=inputs.mesh,
         constraints=inputs.constraints,
+        linearized=tuple(linearized),
         # _compiles_as_jit compiled every symbolic variant here, for this
         # machine's platform only.
         compared_on=(jax.export.default_export_platform(),)

@@ -38,6 +38,7 @@ from ppy_runtime_pjrt import unstaged
 from ppy_runtime_pjrt.calls import Bound, Calls
 from ppy_runtime_pjrt.conditions import Conditions
 from ppy_runtime_pjrt.guard import Fallback, Guard, Signature, type_name
+from ppy_runtime_pjrt.linearized import Programs
 from ppy_runtime_pjrt.placement import Placed, Placement, committed
 
 if TYPE_CHECKING:
@@ -110,6 +111,8 @@ class Staged:
         self.differs: str | None = None
         self.trees: dict[Any, Any] = {}
         self.executables: Executables | None = None
+        #: jit's own programs for calls under ``jax.grad`` (``linearized``).
+        self.linearized: tuple[Programs, ...] = ()
         #: The functions among its static values (``ppy.kinds.statics.reads``):
         #: each one's index among the statics, where it is in that value, and
         #: what must hold of it.
@@ -142,18 +145,38 @@ class Staged:
         (``differentiated.reverse``): the export's VJP, or ``original``'s."""
 
         def run(leaves: list[Any], call: tuple[Any, Any, Any]) -> list[Any]:
-            import jax
-
             from ppy_runtime_pjrt.differentiated import reverse
 
-            args, kwargs, in_tree = call
+            return reverse(self.exported, _flat(calls, original, call))(*leaves)
 
-            def again(*at: Any) -> list[Any]:
-                traced = jax.tree_util.tree_unflatten(in_tree, at)
-                call_args, call_kwargs = calls.with_traced(args, kwargs, traced)
-                return jax.tree_util.tree_leaves(original(*call_args, **call_kwargs))
+        return self._served(calls, run)
 
-            return reverse(self.exported, again)(*leaves)
+    def linearization(self, leaves: list[Any], at: list[Any]) -> Programs | None:
+        """jit's programs the build exported for a call under ``jax.grad`` of
+        these leaves (tracers, evaluated ``at``), or None."""
+        if not self.linearized:
+            return None
+        from ppy_runtime_pjrt.linearized import inputs, perturbed
+
+        key = (inputs(at), perturbed(leaves))
+        for programs in self.linearized:
+            if (programs.linearized.inputs, programs.linearized.perturbed) == key:
+                return programs
+        return None
+
+    def linearizing(
+        self,
+        calls: Calls,
+        programs: Programs,
+        original: Callable[..., Any],
+        traced: Callable[[str], None],
+    ) -> Callable[..., Any]:
+        """What serves a call under ``jax.grad`` by jit's own programs."""
+
+        def run(leaves: list[Any], call: tuple[Any, Any, Any]) -> list[Any]:
+            from ppy_runtime_pjrt.linearized import serving
+
+            return serving(programs, _flat(calls, original, call), traced)(*leaves)
 
         return self._served(calls, run)
 
@@ -210,6 +233,23 @@ class Staged:
         with contextlib.suppress(TypeError):
             self.trees[in_tree] = out
         return out
+
+
+def _flat(
+    calls: Calls, original: Callable[..., Any], call: tuple[Any, Any, Any]
+) -> Callable[..., list[Any]]:
+    """``original`` as a function of a call's traced leaves to its output
+    leaves, the call's static values as they were."""
+    import jax
+
+    args, kwargs, in_tree = call
+
+    def again(*at: Any) -> list[Any]:
+        traced = jax.tree_util.tree_unflatten(in_tree, at)
+        call_args, call_kwargs = calls.with_traced(args, kwargs, traced)
+        return jax.tree_util.tree_leaves(original(*call_args, **call_kwargs))
+
+    return again
 
 
 def _weak(value: Any) -> Any:
@@ -326,6 +366,7 @@ class StagedFunction:
         leaves, in_tree = jax.tree_util.tree_flatten(bound.traced)
         # Under jax.grad the leaves are tracers at concrete points: those are checked.
         at = primals(leaves, jax.core.Tracer)
+        traced_leaves = leaves
         if at is not None:
             leaves = at
         staged = _sized(_weakly(choices, leaves), leaves)
@@ -364,17 +405,28 @@ class StagedFunction:
         if captured is not None:
             return captured
         if at is not None:
-            return self._differentiated(staged, args, kwargs)
+            return self._differentiated(staged, traced_leaves, at, args, kwargs)
         call = self._executable(staged, bound, out_tree, checked, placed, (args, kwargs))
         if isinstance(call, Fallback):
             return call
         return Route(call, bound.args, bound.kwargs)
 
     def _differentiated(
-        self, staged: Staged, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        staged: Staged,
+        leaves: list[Any],
+        at: list[Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
     ) -> Route | Fallback:
-        """A call under reverse-mode differentiation: served by ``Exported.call``,
-        whose VJP is the export's own, where the build exported one."""
+        """A call under reverse-mode differentiation: served by jit's own
+        programs where the build exported them for these inputs
+        (``ppy_runtime_pjrt.linearized``), else by ``Exported.call``, whose
+        VJP is the export's own, where the build exported one."""
+        programs = staged.linearization(leaves, at)
+        if programs is not None:
+            call = staged.linearizing(self.calls, programs, self.original, self._traced)
+            return Route(call, args, kwargs)
         if self.calls.donated:
             return Fallback(
                 "tracer", "differentiated, and it donates arguments: jit's own path donates them"
@@ -508,6 +560,10 @@ class StagedFunction:
             source="cache" if kept else "compiled",
         )
         return compiled if differs is None else None
+
+    def _traced(self, why: str) -> None:
+        """A backward pass of a staged call that jax's own trace serves."""
+        self._count(Fallback("tracer", why))
 
     def _fall_back(self, verdict: Fallback, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self._count(verdict)
@@ -794,7 +850,13 @@ class ExportRuntime:
         variants: dict[Any, tuple[Staged, ...]] = {}
         for v in contract.variants:
             key = tuple(statics.key_of_json(v.static[name]) for name in contract.static)
-            variants[key] = (*variants.get(key, ()), self._variant(entry, contract, v))
+            staged = self._variant(entry, contract, v)
+            staged.linearized = tuple(
+                Programs(g)
+                for g in contract.linearized
+                if contract.variants[g.variant].static == v.static
+            )
+            variants[key] = (*variants.get(key, ()), staged)
         self._read[entry.key] = contract, variants
         return contract, variants
 

@@ -160,6 +160,11 @@ class FunctionInfo:
     #: saw, most called first, as JSON ``[{"B": 64}, {"B": 24}]``; the build
     #: exports these where a symbol would not be faithful (``ppy record``).
     sizes: str | None = None
+    #: Where a recording saw calls under ``jax.grad``: each call's leaves,
+    #: perturbed leaves, static values and cotangent patterns, as JSON
+    #: (``ppy.record.format``'s ``gradients``); the build exports jit's own
+    #: programs for them (``ppy.kinds.linearized``).
+    gradients: str | None = None
     #: For a function defined inside another, what a recording saw it read
     #: of that one: JSON ``{name: {"static": literal} | {"ref": "module:name"}}``.
     closure: str | None = None

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ppy.kinds.base import Fields, Kind, KindError, member
+from ppy.kinds.linearized import Linearized
 from ppy.kinds.statics import key_of_json, reads
 from ppy.spec import MeshSpec, TensorSpec
 
@@ -127,9 +128,13 @@ class JaxExport(Kind):
     #: executable donates them too, so a staged call deletes the arrays a
     #: jitted call would.
     donated: tuple[str, ...] = ()
+    #: jit's own programs for the calls a recording saw under ``jax.grad``
+    #: (``ppy.kinds.linearized``), each for one variant at concrete inputs.
+    linearized: tuple[Linearized, ...] = ()
 
     def to_metadata(self) -> dict[str, Any]:
         return {
+            "linearized": [g.to_json() for g in self.linearized],
             "donated": list(self.donated),
             "calling_convention": self.CONVENTION,
             "constraints": list(self.constraints),
@@ -151,6 +156,8 @@ class JaxExport(Kind):
             export, text = Variant.members(index)
             payload[export] = variant.export
             payload[text] = variant.stablehlo
+        for index, linearized in enumerate(self.linearized):
+            payload.update(linearized.members(index))
         return payload
 
     @classmethod
@@ -182,6 +189,7 @@ class JaxExport(Kind):
             constraints=fields.texts("constraints"),
             compared_on=fields.texts("compared_on"),
             donated=fields.texts("donated"),
+            linearized=_linearized(fields.metadata.get("linearized", []), len(variants), payload),
         )
 
 
@@ -227,6 +235,26 @@ def _variant(item: Any, index: int, static: set[str], payload: Mapping[str, byte
         stablehlo=member(payload, kind, text),
         weak_outputs=_indices(item["weak_outputs"], len(specs["outputs"]), where),
     )
+
+
+def _linearized(value: Any, variants: int, payload: Mapping[str, bytes]) -> tuple[Linearized, ...]:
+    """``metadata.linearized``: absent in an artifact built before it."""
+    if not isinstance(value, list) or len(value) > Linearized.MAX:
+        raise KindError(
+            JaxExport.KIND, "metadata.linearized", f"must be a list of at most {Linearized.MAX}"
+        )
+    found = []
+    for index, item in enumerate(value):
+        try:
+            linearized = Linearized.from_json(item, index, payload)
+            if linearized.variant >= variants:
+                raise ValueError("variant must be a variant's position")
+        except ValueError as error:
+            raise KindError(
+                JaxExport.KIND, f"metadata.linearized[{index}]", f"does not read: {error}"
+            ) from None
+        found.append(linearized)
+    return tuple(found)
 
 
 def _indices(value: Any, outputs: int, where: str) -> tuple[int, ...]:

@@ -43,9 +43,15 @@ def apply_recording(module: ModuleInfo, signatures: Signatures | None) -> Module
         )
         held = json.dumps(general.closure, sort_keys=True) if general.closure is not None else None
         sizes = json.dumps(list(general.sizes)) if general.sizes else None
+        gradients = json.dumps(calls.gradient_calls()) if calls.gradients else None
         functions.append(
             dataclasses.replace(
-                function, parameters=parameters, recorded=note, closure=held, sizes=sizes
+                function,
+                parameters=parameters,
+                recorded=note,
+                closure=held,
+                sizes=sizes,
+                gradients=gradients,
             )
         )
         changed = True

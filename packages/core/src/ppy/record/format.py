@@ -34,6 +34,15 @@ A function defined inside another has one more input, ``"<closure>"``:
 ``{"closure": {"lr": {"static": 0.1}, "f": {"ref": "model:loss"}}}``, the
 variables it reads of the function around it, each a literal or an object
 a module names (``{"ref": ...}``).
+A function called under ``jax.grad`` has ``"gradients"`` too: per
+concrete call, the leaves of its traced inputs (``[dtype, [dims], weak]``
+each), which of them carried a tangent, its static values, and each set of
+output leaves the backward pass gave a cotangent (``ppy.kinds.linearized``)::
+
+    "gradients": [{"inputs": {"x": [["float32", [4], false]]},
+                   "perturbed": {"x": [true]}, "static": {},
+                   "cotangents": [[0], [0, 2]]}]
+
 ``description`` and ``dims`` are written for the reader and recomputed from
 the signatures on every write; the build reads only the signatures.
 
@@ -138,6 +147,10 @@ class FunctionCalls:
     """One function's distinct signatures: canonical JSON of the inputs -> calls."""
 
     counts: dict[str, int] = field(default_factory=dict)
+    #: Calls under ``jax.grad``: canonical JSON of their inputs, perturbed
+    #: leaves and static values -> the cotangent patterns their backward
+    #: passes had.
+    gradients: dict[str, set[tuple[int, ...]]] = field(default_factory=dict)
 
     @property
     def calls(self) -> int:
@@ -151,6 +164,18 @@ class FunctionCalls:
         """Each signature's inputs and calls, most called first, then by text."""
         ordered = sorted(self.counts.items(), key=lambda item: (-item[1], item[0]))
         return [(json.loads(key), calls) for key, calls in ordered]
+
+    def differentiated(self, call: Mapping[str, Any], cotangents: tuple[int, ...]) -> None:
+        """Note a backward pass through a call (``{"inputs", "perturbed",
+        "static"}``) that gave ``cotangents`` a cotangent."""
+        self.gradients.setdefault(_canonical(call), set()).add(cotangents)
+
+    def gradient_calls(self) -> list[dict[str, Any]]:
+        """Each differentiated call with its patterns, in a stable order."""
+        return [
+            {**json.loads(key), "cotangents": [list(p) for p in sorted(patterns)]}
+            for key, patterns in sorted(self.gradients.items())
+        ]
 
 
 @dataclass
@@ -166,6 +191,8 @@ class Signatures:
             mine = self.functions.setdefault(name, FunctionCalls())
             for key, count in calls.counts.items():
                 mine.counts[key] = mine.counts.get(key, 0) + count
+            for key, patterns in calls.gradients.items():
+                mine.gradients.setdefault(key, set()).update(patterns)
 
     def for_function(self, module: str, qualname: str) -> FunctionCalls | None:
         return self.functions.get(f"{module}.{qualname}")

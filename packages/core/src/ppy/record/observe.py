@@ -31,6 +31,7 @@ from ppy.kinds.keys import KEY_DTYPES, is_key
 from ppy.kinds.pytrees import class_name, reference
 from ppy.kinds.tracers import primals
 from ppy.record.format import CLOSURE, FunctionCalls, Signatures
+from ppy.record.gradients import watch
 from ppy.record.live import LiveWatch, Traced, module_names, needs_live
 from ppy.run.binding import bind_source, want_made
 from ppy.run.made import MadeJits
@@ -73,6 +74,8 @@ class Recorder:
         self.main = main
         #: Per function (``module.qualname``), how often each signature was called.
         self.seen: dict[str, Counter[str]] = {}
+        #: Per function, its calls under ``jax.grad`` (``FunctionCalls.gradients``).
+        self.gradients: dict[str, FunctionCalls] = {}
         #: Per function, the calls that could not be written down, by why.
         self.skipped: Counter[tuple[str, str]] = Counter()
         #: Per function the build cannot make again (``ppy.record.live``): its
@@ -117,7 +120,14 @@ class Recorder:
         code = getattr(python, "__code__", None)  # None: a partial or a transform of one
         made = python if code is not None and code.co_freevars else None
         notes = _Notes(
-            _name(original), positional, function.static, self.main, counter, self.skipped, made
+            _name(original),
+            positional,
+            function.static,
+            self.main,
+            counter,
+            self.skipped,
+            made,
+            self.gradients.setdefault(name, FunctionCalls()),
         )
         notes.live = self._live(name, function, python, signature)
         if notes.live is not None:
@@ -163,6 +173,7 @@ class Recorder:
             for key, count in counter.items():
                 if count:
                     calls.counts[key] = count
+            calls.gradients = self.gradients.get(name, FunctionCalls()).gradients
             if calls.counts:
                 found.functions[name] = calls
         return found
@@ -181,8 +192,10 @@ def _recorded(original: Any, notes: _Notes) -> Any:
     from ppy.kinds.fingerprint import python_function
 
     def miss(*args: Any, **kwargs: Any) -> tuple[Any, None, bool]:
-        notes(args, kwargs)
+        watched = notes(args, kwargs)
         try:
+            if watched is not None:
+                return watched(original), None, False
             return original(*args, **kwargs), None, False
         except BaseException as error:
             hide_own_frames(error)  # this frame is ppy's, not the program's
@@ -208,6 +221,7 @@ class _Notes:
         "_made",
         "_main",
         "_skipped",
+        "calls",
         "live",
         "name",
         "positional",
@@ -223,8 +237,11 @@ class _Notes:
         counter: Counter[str],
         skipped: Counter[tuple[str, str]],
         made: Any = None,
+        calls: FunctionCalls | None = None,
     ) -> None:
         self.name = name
+        #: Where calls under ``jax.grad`` note their backward passes.
+        self.calls = calls if calls is not None else FunctionCalls()
         #: The Python function, where it reads variables of the function around it.
         self._made = made
         self.positional = positional
@@ -235,7 +252,11 @@ class _Notes:
         #: Where a function the build cannot make again counts its signatures.
         self.live: LiveWatch | None = None
 
-    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def __call__(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Callable[[Callable[..., Any]], Any] | None:
+        """Note a call; under ``jax.grad``, what makes it so that its backward
+        passes are noted too (``ppy.record.gradients``)."""
         try:
             self._note(args, kwargs)
         except (Traced, _Traced):
@@ -248,6 +269,8 @@ class _Notes:
                     self._note(*concrete)
                     if self.live is not None:
                         self.live.differentiated = True
+                    return watch(self.calls, self.positional, self.static, args, kwargs)
+        return None
 
     def _note(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if self.live is not None:

@@ -197,7 +197,48 @@ class _Checker:
             for parameter, value in inputs.items():
                 self.input(name, parameter, value)
             calls.add(inputs, count)
+        for call in self.gradients(name, entry.get("gradients", [])):
+            for pattern in call.pop("cotangents"):
+                calls.differentiated(call, tuple(pattern))
         return calls
+
+    def gradients(self, name: str, value: object) -> list[dict[str, Any]]:
+        """``"gradients"``: calls under ``jax.grad`` (``ppy.record.format``)."""
+        where = f"{name}: gradients"
+        keys = {"inputs", "perturbed", "static", "cotangents"}
+        if not isinstance(value, list) or len(value) > MAX_SIGNATURES:
+            raise self.fail(name, f"{where} is not a list of at most {MAX_SIGNATURES}")
+        for call in value:
+            if not (isinstance(call, dict) and set(call) == keys):
+                raise self.fail(name, f"{where}: a call is not {{{', '.join(sorted(keys))}}}")
+            inputs, perturbed = call["inputs"], call["perturbed"]
+            readable = (
+                isinstance(inputs, dict)
+                and isinstance(perturbed, dict)
+                and set(inputs) == set(perturbed)
+                and all(
+                    isinstance(leaves, list)
+                    and isinstance(flags, list)
+                    and len(leaves) == len(flags) <= MAX_LEAVES
+                    and all(_leaf_aval(leaf) for leaf in leaves)
+                    and all(isinstance(flag, bool) for flag in flags)
+                    for leaves, flags in ((inputs[k], perturbed[k]) for k in inputs)
+                )
+                and isinstance(call["static"], dict)
+                and all(_literal(v) for v in call["static"].values())
+                and isinstance(call["cotangents"], list)
+                and all(
+                    isinstance(p, list) and p and all(type(i) is int and i >= 0 for i in p)
+                    for p in call["cotangents"]
+                )
+            )
+            if not readable:
+                raise self.fail(
+                    name,
+                    f"{where}: a call's inputs, perturbed leaves, static "
+                    "values or cotangents do not read",
+                )
+        return [dict(call) for call in value]
 
     def input(self, name: str, parameter: str, value: object) -> None:
         where = f"{name}: input {parameter!r}"
@@ -352,7 +393,19 @@ def write_signatures(path: Path, signatures: Signatures) -> None:
             f'      "dims": {_compact(dims)},',
             '      "signatures": [',
             *(f"        {row}{',' if i < len(rows) - 1 else ''}" for i, row in enumerate(rows)),
-            "      ]",
+            "      ]" + ("," if calls.gradients else ""),
+            *(
+                [
+                    '      "gradients": [',
+                    *(
+                        f"        {_compact(g)}{',' if i < len(grads) - 1 else ''}"
+                        for i, g in enumerate(grads)
+                    ),
+                    "      ]",
+                ]
+                if (grads := calls.gradient_calls())
+                else []
+            ),
             f"    }}{',' if index < len(names) - 1 else ''}",
         ]
     lines += ["  }", "}", ""]
@@ -372,6 +425,18 @@ def write_signatures(path: Path, signatures: Signatures) -> None:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
+
+
+def _leaf_aval(value: object) -> bool:
+    """Whether ``value`` is ``[dtype, [dims], weak]``."""
+    return (
+        isinstance(value, list)
+        and len(value) == 3
+        and value[0] in DTYPES
+        and isinstance(value[1], list)
+        and all(type(d) is int and 0 <= d <= MAX_DIM for d in value[1])
+        and isinstance(value[2], bool)
+    )
 
 
 def _compact(value: object) -> str:

@@ -1,0 +1,150 @@
+"""Serve a call under ``jax.grad`` by jit's own programs, as the build exported them.
+
+Under ``jax.grad`` jax runs a jitted call as two programs of its own
+(``ppy.kinds.linearized``): a primal one, at the call, and a transposed one
+per pattern of output cotangents, when the backward pass reaches it. The
+build exported both for the calls a recording saw, so this serves such a
+call without tracing the function: a ``jax.custom_vjp`` whose forward pass
+runs the primal program and keeps its outputs and the call's inputs as
+residuals, and whose backward pass, told which cotangents are symbolic
+zeros (``symbolic_zeros=True``), runs the transposed program of that
+pattern. The backward pass of a pattern the recording did not see, or one
+given traced cotangents (``jax.jacrev`` batches them, an outer ``jax.jit``
+traces them), is jax's own: the transposed program captured by tracing the
+function, as jit would, and ``traced`` is told why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ppy.kinds.linearized import Linearized, capture, wiring
+
+__all__ = ["Programs", "inputs", "perturbed", "serving"]
+
+
+def perturbed(leaves: Sequence[Any]) -> tuple[bool, ...]:
+    """Per leaf of a call under ``jax.grad``, whether it carries a tangent."""
+    return tuple(
+        type(leaf).__name__ == "LinearizeTracer"
+        and type(getattr(leaf, "tangent", None)).__name__ != "Zero"
+        for leaf in leaves
+    )
+
+
+def inputs(primals: Sequence[Any]) -> tuple[tuple[str, tuple[int, ...], bool], ...]:
+    """The call's leaves as a ``Linearized`` names them: dtype, shape, weakly typed."""
+    import jax
+
+    found = []
+    for value in primals:
+        aval = jax.typeof(value)
+        found.append((str(aval.dtype), tuple(aval.shape), bool(aval.weak_type)))
+    return tuple(found)
+
+
+class Programs:
+    """One ``Linearized``'s exports, deserialized at first use."""
+
+    def __init__(self, linearized: Linearized) -> None:
+        self.linearized = linearized
+        self._primal: Any = None
+        self._transposed: dict[tuple[int, ...], tuple[Any, Any]] = {}
+
+    def primal(self) -> Any:
+        if self._primal is None:
+            import jax
+
+            self._primal = jax.export.deserialize(bytearray(self.linearized.primal))
+        return self._primal
+
+    def transposed(self, pattern: tuple[int, ...]) -> tuple[Any, Any] | None:
+        """The transposed program for ``pattern`` and its record, or None."""
+        found = self._transposed.get(pattern)
+        if found is None:
+            import jax
+
+            for record in self.linearized.transposed:
+                if record.cotangents == pattern:
+                    found = (jax.export.deserialize(bytearray(record.export)), record)
+                    self._transposed[pattern] = found
+        return found
+
+
+def serving(
+    programs: Programs,
+    original: Callable[..., list[Any]],
+    traced: Callable[[str], None],
+) -> Callable[..., list[Any]]:
+    """A function of the call's leaves to its output leaves, differentiable
+    in reverse by ``programs``. ``original`` is the jitted function of the
+    same leaves: it serves a call with no tangent, and its trace the
+    transposed program of a pattern the build did not export."""
+    import jax
+    from jax.custom_derivatives import SymbolicZero
+
+    linearized = programs.linearized
+    mask = linearized.perturbed
+
+    @jax.custom_vjp
+    def call(*leaves: Any) -> list[Any]:
+        return list(original(*leaves))
+
+    def forward(*given: Any) -> tuple[list[Any], tuple[list[Any], list[Any]]]:
+        values = [x.value for x in given]
+        primal = list(programs.primal().call(*wiring(linearized.primal_inputs, values, [])))
+        return wiring(linearized.outputs, values, primal), (values, primal)
+
+    def backward(residuals: tuple[list[Any], list[Any]], cotangents: list[Any]) -> tuple[Any, ...]:
+        values, primal = residuals
+        pattern = tuple(j for j, c in enumerate(cotangents) if not isinstance(c, SymbolicZero))
+        if not pattern:
+            return tuple(None for _ in values)
+        given = [cotangents[j] for j in pattern]
+        found = programs.transposed(pattern)
+        concrete = not any(isinstance(c, jax.core.Tracer) for c in given)
+        if found is not None and concrete:
+            program, record = found
+            outputs = list(program.call(*wiring(record.residuals, values, primal), *given))
+            gradients = record.gradients
+        else:
+            why = "traced cotangents" if found is not None else f"cotangents of outputs {pattern}"
+            traced(f"its backward pass was given {why}, which the build did not export")
+            outputs, gradients = _as_jit(original, values, mask, pattern, primal, given)
+        found_gradients = iter(gradients)
+        return tuple(_at(outputs, next(found_gradients)) if carried else None for carried in mask)
+
+    call.defvjp(forward, backward, symbolic_zeros=True)
+    return call
+
+
+def _at(outputs: list[Any], index: int | None) -> Any:
+    return None if index is None else outputs[index]
+
+
+def _as_jit(
+    original: Callable[..., list[Any]],
+    values: list[Any],
+    mask: tuple[bool, ...],
+    pattern: tuple[int, ...],
+    primal: list[Any],
+    given: list[Any],
+) -> tuple[list[Any], tuple[int | None, ...]]:
+    """The transposed program jit would run for ``pattern``, traced here
+    and run as jit runs it, and which of its outputs is each perturbed
+    input's cotangent."""
+    import jax
+    from jax.extend.core import jaxpr_as_fun
+
+    avals = []
+    for value in values:
+        aval = jax.typeof(value)
+        avals.append(
+            jax.ShapeDtypeStruct(  # type: ignore[no-untyped-call]
+                aval.shape, aval.dtype, weak_type=aval.weak_type
+            )
+        )
+    captured = capture(original, avals, mask, pattern)
+    program = jax.jit(jaxpr_as_fun(captured.transposed))
+    return list(program(*wiring(captured.residuals, values, primal), *given)), captured.gradients
