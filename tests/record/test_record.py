@@ -914,6 +914,16 @@ def loss(w, x):
     return jnp.sum(jnp.tanh(x * w) ** 2)
 
 
+def weighted(w):
+    scale = jnp.arange(1.0, 7.0)
+
+    @jax.jit
+    def energy(w):  # reads an array of weighted(): exported by the recording
+        return jnp.sum(jnp.tanh(w * scale) ** 2), w * scale
+
+    return jax.grad(lambda w: energy(w)[0])(w)
+
+
 def bounce(board, x0, v):
     for i, (k, l) in enumerate(surface(board)):
         first, second, y1, y2 = solve(k, l, x0, v)
@@ -927,6 +937,7 @@ for step in range(4):
     board = board - 0.1 * jax.grad(bounce)(board, 1, 0.5 + 0.1 * step)
     value, g = jax.value_and_grad(loss)(board, jnp.arange(6.0))
     print(step, np.asarray(board).tobytes().hex(), value.tolist(), np.asarray(g).tobytes().hex())
+    print(np.asarray(weighted(board)).tobytes().hex())
 """
 
 
@@ -936,15 +947,18 @@ def test_calls_under_grad_are_served_by_the_programs_jit_runs_there(tmp_path: Pa
     the recording notes which inputs carried a tangent and which outputs
     each backward pass gave a cotangent, the build exports jit's own primal
     and transposed programs for them, and every call under ``jax.grad`` is
-    staged with python's bits, without ``staged-vjp``. A pattern of
+    staged with python's bits, without ``staged-vjp``; so is a jit the
+    recorded run exports itself (it reads an array of a function). A pattern of
     cotangents the recording did not see has its backward pass traced as
     jit traces it, with a line, and the bits are python's still."""
     root, cache, functions = _recorded(tmp_path, GRADIENTS)
     patterns = [call["cotangents"] for call in functions["model.solve"]["gradients"]]
     assert patterns == [[[0, 3]]], patterns
     compared = differential(root, cache=cache)
-    calls = {name: compared.staged_calls(name) for name in ("surface", "solve", "loss")}
-    assert calls == {"surface": 4, "solve": functions["model.solve"]["calls"], "loss": 4}, calls
+    names = ("surface", "solve", "loss", "weighted.<locals>.energy")
+    calls = {name: compared.staged_calls(name) for name in names}
+    solve = functions["model.solve"]["calls"]
+    assert calls == dict(zip(names, (4, solve, 4, 4), strict=True)), calls
     assert not compared.fallbacks()
     other = differential(root, "other", cache=cache, build=False)
     assert (other.staged_calls("surface"), other.staged_calls("loss")) == (4, 4)

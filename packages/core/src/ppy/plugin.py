@@ -284,6 +284,10 @@ class LiveRequest:
     differentiated: bool = False
     #: The parameters its jit donates (``donate_argnums``, ``donate_argnames``).
     donated: frozenset[str] = frozenset()
+    #: Its calls under ``jax.grad``, as the signatures file holds them
+    #: (``"gradients"``, ``ppy.record.format``): each call's leaves, perturbed
+    #: leaves, static values and cotangent patterns.
+    gradients: tuple[Mapping[str, Any], ...] = ()
 
 
 @runtime_checkable

@@ -55,6 +55,7 @@ def linearized(
 
         primal: Any = None
         transposed = []
+        constants: list[Any] = []
         try:
             for pattern in call["cotangents"][: Linearized.MAX_TRANSPOSED]:
                 captured = capture(function, avals, perturbed, tuple(pattern))
@@ -63,11 +64,12 @@ def linearized(
                 transposed.append(
                     Transposed(
                         tuple(pattern),
-                        captured.residuals,
+                        _renumbered(captured.residuals, len(constants)),
                         captured.gradients,
                         _exported(captured.transposed, platforms),
                     )
                 )
+                constants += captured.constants
         except Unlinearizable as error:
             left.append(str(error))
             continue
@@ -82,9 +84,26 @@ def linearized(
                 outputs=primal.outputs,
                 primal=_exported(primal.primal, platforms),
                 transposed=tuple(transposed),
+                constants=_constants(constants, platforms),
             )
         )
     return found, left
+
+
+def _renumbered(sources: Sequence[Any], before: int) -> tuple[Any, ...]:
+    """``sources`` of one capture, its constants numbered after ``before``
+    of the captures before it: one constants program serves them all."""
+    return tuple((kind, i + before if kind == "constant" else i) for kind, i in sources)
+
+
+def _constants(values: Sequence[Any], platforms: Sequence[str]) -> bytes:
+    """A program of no inputs that gives ``values``, exported; empty for none."""
+    if not values:
+        return b""
+    import jax
+
+    exported = jax.export.export(jax.jit(lambda: list(values)), platforms=platforms)()
+    return bytes(exported.serialize())
 
 
 def _variant(variants: Sequence[Any], static: Mapping[str, Any]) -> int | None:

@@ -147,7 +147,11 @@ def _exported(request: LiveRequest) -> Entry:
             served += call.count
     traced_under = read_config(jax.config, jax_config.trace_context_names())
     assert first is not None
-    contract = worker._contract(first, params, variants, read, traced_under)
+    # jit's own programs for the calls under jax.grad: of the jit itself.
+    jitted = worker._Flat(request.function, params, first)
+    linear, left = worker._linearized(jitted, variants, request.gradients, shared)
+    notes += left
+    contract = worker._contract(first, params, variants, read, traced_under, linear)
     head = contract.variants[0]
     seen = sum(call.count for call in request.calls)
     calls = f"{served} of " if served < seen else ""

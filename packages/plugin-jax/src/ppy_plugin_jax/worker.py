@@ -486,7 +486,7 @@ def _export_variants(
             variants, note = _at_recorded_sizes(fn, module, function, request, statics, refusal)
             trail = [{"rule": refusal.rule, "detail": f"{refusal.reason}; exported {note} instead"}]
         traced_under = read_config(jax.config, jax_config.trace_context_names())
-        linear, left = _linearized(fn, flat, variants, function.get("gradients") or [], request)
+        linear, left = _linearized(flat, variants, function.get("gradients") or [], request)
     trail += [{"rule": "linearized", "detail": why} for why in left]
     contract = _contract(inputs, params, variants, read, traced_under, linear)
     payload = contract.to_payload()
@@ -505,7 +505,6 @@ def _export_variants(
 
 
 def _linearized(
-    fn: Any,
     flat: _Flat,
     variants: Sequence[tuple[Any, tuple[str, ...]]],
     recorded: Sequence[Mapping[str, Any]],
@@ -513,7 +512,9 @@ def _linearized(
 ) -> tuple[list[Any], list[str]]:
     """jit's own programs for the calls a recording saw under ``jax.grad``
     (``ppy_plugin_jax.linearize``), and why any was left out: such a call
-    is then served as before, by the export's VJP or by jit."""
+    is then served as before, by the export's VJP or by jit. ``flat.fn``
+    must be the jitted function itself: jax's trace of ``jax.vjp`` of it
+    holds the programs jit compiles."""
     import jax
 
     from ppy_plugin_jax.linearize import linearized
@@ -523,7 +524,7 @@ def _linearized(
 
     def call_with(static: Mapping[str, Any], leaves: Sequence[Any]) -> Any:
         args, kwargs = flat.call(static, leaves)
-        return fn(*args, **kwargs)
+        return flat.fn(*args, **kwargs)
 
     targets = request.get("platforms") or [jax.default_backend()]
     try:

@@ -50,6 +50,7 @@ class Programs:
     def __init__(self, linearized: Linearized) -> None:
         self.linearized = linearized
         self._primal: Any = None
+        self._constants: list[Any] | None = None
         self._transposed: dict[tuple[int, ...], tuple[Any, Any]] = {}
 
     def primal(self) -> Any:
@@ -58,6 +59,17 @@ class Programs:
 
             self._primal = jax.export.deserialize(bytearray(self.linearized.primal))
         return self._primal
+
+    def constants(self) -> list[Any]:
+        """The trace's constants the programs take, computed once."""
+        if self._constants is None:
+            self._constants = []
+            if self.linearized.constants:
+                import jax
+
+                program = jax.export.deserialize(bytearray(self.linearized.constants))
+                self._constants = list(program.call())  # type: ignore[no-untyped-call]
+        return self._constants
 
     def transposed(self, pattern: tuple[int, ...]) -> tuple[Any, Any] | None:
         """The transposed program for ``pattern`` and its record, or None."""
@@ -93,8 +105,9 @@ def serving(
 
     def forward(*given: Any) -> tuple[list[Any], tuple[list[Any], list[Any]]]:
         values = [x.value for x in given]
-        primal = list(programs.primal().call(*wiring(linearized.primal_inputs, values, [])))
-        return wiring(linearized.outputs, values, primal), (values, primal)
+        pools = {"input": values, "constant": programs.constants()}
+        primal = list(programs.primal().call(*wiring(linearized.primal_inputs, pools)))
+        return wiring(linearized.outputs, {**pools, "primal": primal}), (values, primal)
 
     def backward(residuals: tuple[list[Any], list[Any]], cotangents: list[Any]) -> tuple[Any, ...]:
         values, primal = residuals
@@ -106,7 +119,8 @@ def serving(
         concrete = not any(isinstance(c, jax.core.Tracer) for c in given)
         if found is not None and concrete:
             program, record = found
-            outputs = list(program.call(*wiring(record.residuals, values, primal), *given))
+            pools = {"input": values, "primal": primal, "constant": programs.constants()}
+            outputs = list(program.call(*wiring(record.residuals, pools), *given))
             gradients = record.gradients
         else:
             why = "traced cotangents" if found is not None else f"cotangents of outputs {pattern}"
@@ -147,4 +161,5 @@ def _as_jit(
         )
     captured = capture(original, avals, mask, pattern)
     program = jax.jit(jaxpr_as_fun(captured.transposed))
-    return list(program(*wiring(captured.residuals, values, primal), *given)), captured.gradients
+    pools = {"input": values, "primal": primal, "constant": captured.constants}
+    return list(program(*wiring(captured.residuals, pools), *given)), captured.gradients

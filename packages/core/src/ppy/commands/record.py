@@ -197,6 +197,7 @@ def _export_live(recorder: Recorder, config: Config) -> list[Entry] | None:
             program=module == recorder.main,
             differentiated=watch.differentiated,
             donated=watch.donated,
+            gradients=tuple(recorder.gradient_calls(f"{module}.{qualname}")),
         )
         try:
             result = exporter.export_live(request)

@@ -14,8 +14,10 @@ export's own VJP, say) can differ from python's in the last bits.
 ``capture`` asks jax for exactly those two programs, by tracing
 ``jax.vjp`` of the function with ``jax.make_jaxpr`` and reading the two jitted
 calls out of the result, with where each of their inputs comes from: an
-input of the call (``("input", i)``) or an output of the primal program
-(``("primal", j)``). The jax plugin exports them at the build, for the calls
+input of the call (``("input", i)``), an output of the primal program
+(``("primal", j)``), or a constant of the trace (``("constant", k)``: an
+array the function closes over, which jax hands the transposed program as
+a residual as it is). The jax plugin exports them at the build, for the calls
 a recording saw; the runtime serves such a call by them, and captures the
 transposed program of a cotangent pattern the recording did not see as jax
 would, tracing the function.
@@ -32,9 +34,13 @@ from typing import Any
 
 __all__ = ["Captured", "Linearized", "Transposed", "Unlinearizable", "capture", "wiring"]
 
-#: Where a program's input comes from: ``("input", i)``, the call's leaf ``i``,
-#: or ``("primal", j)``, the primal program's output ``j``.
+#: Where a program's input comes from: ``("input", i)``, the call's leaf ``i``;
+#: ``("primal", j)``, the primal program's output ``j``; ``("constant", k)``,
+#: the trace's constant ``k`` (the ``constants`` program's output ``k``).
 Source = tuple[str, int]
+
+#: The kinds of ``Source``.
+SOURCES = ("input", "primal", "constant")
 
 
 class Unlinearizable(Exception):
@@ -82,6 +88,9 @@ class Linearized:
     outputs: tuple[Source, ...]
     primal: bytes
     transposed: tuple[Transposed, ...]
+    #: A program of no inputs that gives the trace's constants the others
+    #: take (``("constant", k)``), as exported; empty where there are none.
+    constants: bytes = b""
 
     #: The most linearizations one entry holds, and transposed programs each.
     MAX = 64
@@ -92,6 +101,8 @@ class Linearized:
         found = {f"linearized.{index}": self.primal}
         for j, transposed in enumerate(self.transposed):
             found[f"linearized.{index}.{j}"] = transposed.export
+        if self.constants:
+            found[f"linearized.{index}.constants"] = self.constants
         return found
 
     def to_json(self) -> dict[str, Any]:
@@ -102,13 +113,22 @@ class Linearized:
             "primal_inputs": [list(s) for s in self.primal_inputs],
             "outputs": [list(s) for s in self.outputs],
             "transposed": [t.to_json() for t in self.transposed],
+            "constants": bool(self.constants),
         }
 
     @classmethod
     def from_json(cls, item: Any, index: int, payload: Mapping[str, bytes]) -> Linearized:
         """One linearization as an entry's metadata and payload hold it;
         ``ValueError`` naming what does not read."""
-        keys = {"variant", "inputs", "perturbed", "primal_inputs", "outputs", "transposed"}
+        keys = {
+            "variant",
+            "inputs",
+            "perturbed",
+            "primal_inputs",
+            "outputs",
+            "transposed",
+            "constants",
+        }
         if not isinstance(item, Mapping) or set(item) != keys:
             raise ValueError(f"must have exactly {sorted(keys)}")
         inputs = tuple(_aval(a) for a in _list(item["inputs"], "inputs"))
@@ -138,6 +158,9 @@ class Linearized:
         if len(transposed) > cls.MAX_TRANSPOSED:
             raise ValueError(f"holds more than {cls.MAX_TRANSPOSED} transposed programs")
         primal = payload.get(f"linearized.{index}")
+        constants = payload.get(f"linearized.{index}.constants", b"")
+        if not isinstance(item["constants"], bool) or item["constants"] != bool(constants):
+            raise ValueError(f"constants must say whether payload linearized.{index}.constants is")
         variant = item["variant"]
         if type(variant) is not int or variant < 0:
             raise ValueError("variant must be a variant's position")
@@ -151,6 +174,7 @@ class Linearized:
             outputs=_sources(item["outputs"], len(inputs)),
             primal=bytes(primal),
             transposed=tuple(transposed),
+            constants=bytes(constants),
         )
 
 
@@ -179,7 +203,7 @@ def _sources(value: Any, inputs: int) -> tuple[Source, ...]:
         if not (
             isinstance(item, list)
             and len(item) == 2
-            and item[0] in ("input", "primal")
+            and item[0] in SOURCES
             and type(item[1]) is int
             and item[1] >= 0
             and (item[0] != "input" or item[1] < inputs)
@@ -200,6 +224,8 @@ class Captured:
     outputs: tuple[Source, ...]
     residuals: tuple[Source, ...]
     gradients: tuple[int | None, ...]
+    #: The trace's constants the sources name, as arrays.
+    constants: tuple[Any, ...]
 
 
 def capture(
@@ -214,10 +240,10 @@ def capture(
     tangent and the outputs ``cotangents`` given one.
 
     ``Unlinearizable`` where jax's trace does not have the two jitted calls
-    this reads, or one takes a value that is neither an input of the call
-    nor an output of the primal program (a constant of the trace).
+    this reads.
     """
     import jax
+    from jax.extend.core import Literal
 
     count = len(avals)
     outputs = jax.eval_shape(lambda *leaves: list(function(*leaves)), *avals)
@@ -250,12 +276,24 @@ def capture(
     primal, transposed = calls
     sources: dict[Any, Source] = {v: ("input", i) for i, v in enumerate(jaxpr.invars[:count])}
     sources.update({v: ("primal", j) for j, v in enumerate(primal.outvars)})
+    held = dict(zip(jaxpr.constvars, closed.consts, strict=True))
+    constants: list[Any] = []
+
+    def source(atom: Any) -> Source:
+        if isinstance(atom, Literal):
+            value = atom.val
+        elif atom in sources:
+            return sources[atom]
+        elif atom in held:
+            value = held[atom]
+        else:
+            raise Unlinearizable(f"a program takes {atom}, which the trace does not give")
+        constants.append(jax.numpy.asarray(value, dtype=atom.aval.dtype))
+        sources[atom] = ("constant", len(constants) - 1)
+        return sources[atom]
 
     def wired(atoms: Sequence[Any]) -> tuple[Source, ...]:
-        try:
-            return tuple(sources[a] for a in atoms)
-        except (KeyError, TypeError):  # a literal or a constant of the trace
-            raise Unlinearizable("a program takes a constant of the trace") from None
+        return tuple(source(a) for a in atoms)
 
     given = list(jaxpr.invars[count:])
     residuals = len(transposed.invars) - len(given)
@@ -272,10 +310,12 @@ def capture(
         outputs=wired(jaxpr.outvars[: len(outputs)]),
         residuals=wired(transposed.invars[:residuals]),
         gradients=gradients,
+        constants=tuple(constants),
     )
 
 
-def wiring(sources: Sequence[Source], inputs: Sequence[Any], primal: Sequence[Any]) -> list[Any]:
-    """The values ``sources`` name, among a call's ``inputs`` and its primal
-    program's outputs."""
-    return [inputs[i] if kind == "input" else primal[i] for kind, i in sources]
+def wiring(sources: Sequence[Source], pools: Mapping[str, Sequence[Any]]) -> list[Any]:
+    """The values ``sources`` name, among ``pools``: the call's inputs
+    (``"input"``), its primal program's outputs (``"primal"``), the trace's
+    constants (``"constant"``)."""
+    return [pools[kind][i] for kind, i in sources]

@@ -165,6 +165,12 @@ class Recorder:
         self.live[name] = (module, qualname, watch)
         return watch
 
+    def gradient_calls(self, name: str) -> list[dict[str, Any]]:
+        """The calls of function ``name`` under ``jax.grad``, as the
+        signatures file holds them (``FunctionCalls.gradient_calls``)."""
+        found = self.gradients.get(name)
+        return found.gradient_calls() if found is not None else []
+
     def signatures(self) -> Signatures:
         """This run's calls as a file's content (one run)."""
         found = Signatures(runs=1)
