@@ -28,6 +28,7 @@ from ppy.artifact.write import write_artifact
 from ppy.kinds import statics
 from ppy.kinds.base import KindError
 from ppy.kinds.jax_export import Captured, JaxExport, Variant
+from ppy.kinds.linearized import Linearized, Transposed
 from ppy.kinds.xla_scalar import XlaScalar
 from ppy.spec import MeshSpec, TensorSpec
 
@@ -229,12 +230,36 @@ def test_a_malformed_scalar_entry_names_its_field(
         ({"captures": [{"path": "K", "name": "K", "fingerprint": "x"}]}, "metadata.captures"),
         ({"captures": [{"path": ["K"], "name": "K"}]}, "metadata.captures"),
         ({"trace_config": {"jax_enable_x64": False}}, "metadata.trace_config"),
+        ({"linearized": {}}, "metadata.linearized"),
+        ({"linearized": [{"variant": 0}]}, "metadata.linearized[0]"),
     ],
 )
 def test_a_malformed_export_entry_names_its_field(change: dict[str, Any], field: str) -> None:
     with pytest.raises(KindError, match=f"^jax.export entry: {re.escape(field)} ") as caught:
         JaxExport.read(_broken(entry_of(EXPORT, "score"), **change))
     assert caught.value.field == field
+
+
+def test_jit_s_programs_under_grad_read_back_as_written() -> None:
+    linearized = Linearized(
+        variant=0,
+        inputs=(("float32", (4,), False), ("int32", (), True)),
+        perturbed=(True, False),
+        primal_inputs=(("input", 0), ("input", 1)),
+        outputs=(("primal", 0),),
+        primal=b"primal",
+        transposed=(Transposed((0,), (("primal", 1), ("constant", 0)), (0,), b"t"),),
+        constants=b"constants",
+    )
+    contract = dataclasses.replace(EXPORT, linearized=(linearized,))
+    entry = entry_of(contract, "score")
+    assert JaxExport.read(entry) == contract
+    assert {"linearized.0", "linearized.0.0", "linearized.0.constants"} <= set(entry.payload)
+    gone = dataclasses.replace(
+        entry, payload={k: v for k, v in entry.payload.items() if k != "linearized.0.0"}
+    )
+    with pytest.raises(KindError, match=r"metadata.linearized\[0\] does not read"):
+        JaxExport.read(gone)
 
 
 @pytest.mark.parametrize("member", JaxExport.MEMBERS)

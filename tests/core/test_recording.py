@@ -139,6 +139,39 @@ def test_the_file_round_trips_and_merges(tmp_path: Path) -> None:
     assert '"x": "float32[8,4]"' in path.read_text()
 
 
+def test_calls_under_grad_round_trip_and_merge_their_cotangent_patterns(tmp_path: Path) -> None:
+    """What a build needs to export jit's programs under ``jax.grad``: each
+    call's leaves and perturbed leaves, and the union of its patterns over
+    the runs merged."""
+    path = tmp_path / "signatures.json"
+    call = {
+        "inputs": {"k": [["float32", [], False]], "x": [["int32", [], True]]},
+        "perturbed": {"k": [True], "x": [False]},
+        "static": {"mode": "fast"},
+    }
+    first = Signatures(runs=1)
+    calls = FunctionCalls()
+    calls.add({"k": _array("float32[]"), "x": {"python": "int"}})
+    calls.differentiated(call, (0, 2))
+    first.functions["model.solve"] = calls
+    write_signatures(path, first)
+    second = Signatures(runs=1)
+    more = FunctionCalls()
+    more.add({"k": _array("float32[]"), "x": {"python": "int"}})
+    more.differentiated(call, (1, 3))
+    more.differentiated(call, (0, 2))
+    second.functions["model.solve"] = more
+    again = read_signatures(path)
+    assert again is not None
+    again.merge(second)
+    write_signatures(path, again)
+    merged = read_signatures(path)
+    assert merged is not None
+    assert merged.functions["model.solve"].gradient_calls() == [
+        {**call, "cotangents": [[0, 2], [1, 3]]}
+    ]
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -169,6 +202,13 @@ def test_the_file_round_trips_and_merges(tmp_path: Path) -> None:
             + str(2**63)
             + ']"}}}]}}}',
             "has a dim no array has",
+        ),
+        (
+            '{"format": "ppy-signatures", "version": 1, "runs": 1, "functions": {"m.f": '
+            '{"signatures": [{"calls": 1, "inputs": {"x": {"array": "float32[3]"}}}], '
+            '"gradients": [{"inputs": {"x": [["float32", [3], false]]}, "perturbed": '
+            '{"x": [true, false]}, "static": {}, "cotangents": [[0]]}]}}}',
+            "perturbed leaves",
         ),
     ],
 )
