@@ -30,8 +30,9 @@ from ppy.kinds.fingerprint import Unreadable, python_function
 from ppy.kinds.jax_compat import outside_window
 from ppy.kinds.jax_export import Captured, JaxExport, Variant, function_reads
 from ppy.kinds.keys import is_key, jax_dtype, key_array_type
+from ppy.kinds.linearized import leaf_aval
 from ppy.kinds.pytrees import Unrebuildable, rebuild, structure
-from ppy.kinds.tracers import primals
+from ppy.kinds.tracers import perturbed, primals
 from ppy.runtime import Entry, ManagedRuntime, NotBound, RunContext
 
 from ppy_runtime_pjrt import unstaged
@@ -156,9 +157,7 @@ class Staged:
         these leaves (tracers, evaluated ``at``), or None."""
         if not self.linearized:
             return None
-        from ppy_runtime_pjrt.linearized import inputs, perturbed
-
-        key = (inputs(at), perturbed(leaves))
+        key = (tuple(map(leaf_aval, at)), tuple(map(perturbed, leaves)))
         for programs in self.linearized:
             if (programs.linearized.inputs, programs.linearized.perturbed) == key:
                 return programs

@@ -16,32 +16,12 @@ function, as jit would, and ``traced`` is told why.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-from ppy.kinds.linearized import Linearized, capture, wiring
+from ppy.kinds.linearized import Captured, Linearized, capture, leaf_aval, wiring
 
-__all__ = ["Programs", "inputs", "perturbed", "serving"]
-
-
-def perturbed(leaves: Sequence[Any]) -> tuple[bool, ...]:
-    """Per leaf of a call under ``jax.grad``, whether it carries a tangent."""
-    return tuple(
-        type(leaf).__name__ == "LinearizeTracer"
-        and type(getattr(leaf, "tangent", None)).__name__ != "Zero"
-        for leaf in leaves
-    )
-
-
-def inputs(primals: Sequence[Any]) -> tuple[tuple[str, tuple[int, ...], bool], ...]:
-    """The call's leaves as a ``Linearized`` names them: dtype, shape, weakly typed."""
-    import jax
-
-    found = []
-    for value in primals:
-        aval = jax.typeof(value)
-        found.append((str(aval.dtype), tuple(aval.shape), bool(aval.weak_type)))
-    return tuple(found)
+__all__ = ["Programs", "serving"]
 
 
 class Programs:
@@ -52,6 +32,7 @@ class Programs:
         self._primal: Any = None
         self._constants: list[Any] | None = None
         self._transposed: dict[tuple[int, ...], tuple[Any, Any]] = {}
+        self._traced: dict[tuple[int, ...], tuple[Any, Captured]] = {}
 
     def primal(self) -> Any:
         if self._primal is None:
@@ -81,6 +62,24 @@ class Programs:
                 if record.cotangents == pattern:
                     found = (jax.export.deserialize(bytearray(record.export)), record)
                     self._transposed[pattern] = found
+        return found
+
+    def traced(
+        self, pattern: tuple[int, ...], original: Callable[..., list[Any]], values: list[Any]
+    ) -> tuple[Any, Captured]:
+        """jax's transposed program for a pattern not exported, captured from
+        a trace of ``original`` at the leaves' avals, as a jitted function."""
+        found = self._traced.get(pattern)
+        if found is None:
+            import jax
+            from jax.extend.core import jaxpr_as_fun
+
+            avals = [
+                jax.ShapeDtypeStruct(shape, dtype, weak_type=weak)  # type: ignore[no-untyped-call]
+                for dtype, shape, weak in map(leaf_aval, values)
+            ]
+            captured = capture(original, avals, self.linearized.perturbed, pattern)
+            found = self._traced[pattern] = (jax.jit(jaxpr_as_fun(captured.transposed)), captured)
         return found
 
 
@@ -125,7 +124,7 @@ def serving(
         else:
             why = "traced cotangents" if found is not None else f"cotangents of outputs {pattern}"
             traced(f"its backward pass was given {why}, which the build did not export")
-            outputs, gradients = _as_jit(original, values, mask, pattern, primal, given)
+            outputs, gradients = _as_jit(programs, original, values, pattern, primal, given)
         found_gradients = iter(gradients)
         return tuple(_at(outputs, next(found_gradients)) if carried else None for carried in mask)
 
@@ -138,28 +137,16 @@ def _at(outputs: list[Any], index: int | None) -> Any:
 
 
 def _as_jit(
+    programs: Programs,
     original: Callable[..., list[Any]],
     values: list[Any],
-    mask: tuple[bool, ...],
     pattern: tuple[int, ...],
     primal: list[Any],
     given: list[Any],
 ) -> tuple[list[Any], tuple[int | None, ...]]:
-    """The transposed program jit would run for ``pattern``, traced here
-    and run as jit runs it, and which of its outputs is each perturbed
-    input's cotangent."""
-    import jax
-    from jax.extend.core import jaxpr_as_fun
-
-    avals = []
-    for value in values:
-        aval = jax.typeof(value)
-        avals.append(
-            jax.ShapeDtypeStruct(  # type: ignore[no-untyped-call]
-                aval.shape, aval.dtype, weak_type=aval.weak_type
-            )
-        )
-    captured = capture(original, avals, mask, pattern)
-    program = jax.jit(jaxpr_as_fun(captured.transposed))
+    """The transposed program jit would run for ``pattern``, traced once per
+    pattern and run as jit runs it, and which of its outputs is each
+    perturbed input's cotangent."""
+    program, captured = programs.traced(pattern, original, values)
     pools = {"input": values, "primal": primal, "constant": captured.constants}
     return list(program(*wiring(captured.residuals, pools), *given)), captured.gradients

@@ -32,7 +32,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Captured", "Linearized", "Transposed", "Unlinearizable", "capture", "wiring"]
+__all__ = [
+    "Captured",
+    "Linearized",
+    "Transposed",
+    "Unlinearizable",
+    "capture",
+    "leaf_aval",
+    "wiring",
+]
 
 #: Where a program's input comes from: ``("input", i)``, the call's leaf ``i``;
 #: ``("primal", j)``, the primal program's output ``j``; ``("constant", k)``,
@@ -312,6 +320,15 @@ def capture(
         gradients=gradients,
         constants=tuple(constants),
     )
+
+
+def leaf_aval(value: Any) -> tuple[str, tuple[int, ...], bool]:
+    """A call's leaf as a ``Linearized`` names it: dtype, shape, weakly typed
+    (a Python scalar is, as jit traces it)."""
+    import jax
+
+    aval = jax.typeof(value)
+    return str(aval.dtype), tuple(aval.shape), bool(aval.weak_type)
 
 
 def wiring(sources: Sequence[Source], pools: Mapping[str, Sequence[Any]]) -> list[Any]:

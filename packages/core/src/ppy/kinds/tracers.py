@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["primals"]
+__all__ = ["perturbed", "primals"]
 
 
 def primals(leaves: Sequence[Any], tracer_type: type) -> list[Any] | None:
@@ -41,3 +41,12 @@ def primals(leaves: Sequence[Any], tracer_type: type) -> list[Any] | None:
             return None
         found.append(primal)
     return found if trace is not None else None
+
+
+def perturbed(leaf: Any) -> bool:
+    """Whether a leaf of a call under reverse-mode differentiation carries a
+    tangent: a ``LinearizeTracer`` whose tangent is not jax's symbolic zero."""
+    return (
+        type(leaf).__name__ == "LinearizeTracer"
+        and type(getattr(leaf, "tangent", None)).__name__ != "Zero"
+    )

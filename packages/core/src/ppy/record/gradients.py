@@ -21,6 +21,8 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ppy.kinds.linearized import leaf_aval
+from ppy.kinds.tracers import perturbed
 from ppy.record.format import FunctionCalls
 
 __all__ = ["watch"]
@@ -36,37 +38,24 @@ def watch(
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
 ) -> Callable[[Callable[..., Any]], Any] | None:
-    """Where the call is under reverse-mode differentiation, what makes it
-    (given the jitted function) so that its backward passes are noted in
-    ``calls``; None where it is not, or it is one the file cannot hold."""
+    """What makes a call under reverse-mode differentiation at concrete
+    points (``ppy.kinds.tracers.primals`` found them), given the jitted
+    function, so that its backward passes are noted in ``calls``; None where
+    a static value is not one the file holds."""
     import jax
 
     values = dict(zip(positional, args, strict=False)) | dict(kwargs)
-    traced = {name: v for name, v in values.items() if name not in static}
     fixed = {name: v for name, v in values.items() if name in static}
     if not all(type(v) in _LITERALS for v in fixed.values()):
         return None
     inputs: dict[str, list[Any]] = {}
-    perturbed: dict[str, list[bool]] = {}
-    trace: Any = None
-    for name, value in traced.items():
-        inputs[name], perturbed[name] = [], []
-        for leaf in jax.tree_util.tree_leaves(value):
-            primal, tangent, own = leaf, None, None
-            if isinstance(leaf, jax.core.Tracer):
-                own = getattr(leaf, "_trace", None)
-                primal, tangent = getattr(leaf, "primal", None), getattr(leaf, "tangent", None)
-                if type(leaf).__name__ != "LinearizeTracer" or (trace not in (None, own)):
-                    return None
-                if primal is None or isinstance(primal, jax.core.Tracer):
-                    return None
-                trace = own
-            aval = jax.typeof(primal)
-            inputs[name].append([str(aval.dtype), list(aval.shape), bool(aval.weak_type)])
-            perturbed[name].append(own is not None and type(tangent).__name__ != "Zero")
-    if trace is None or getattr(trace, "is_vjp", None) is not True:
-        return None
-    call = {"inputs": inputs, "perturbed": perturbed, "static": fixed}
+    flags: dict[str, list[bool]] = {}
+    for name, value in values.items():
+        if name not in static:
+            leaves = jax.tree_util.tree_leaves(value)
+            inputs[name] = [_aval(getattr(leaf, "primal", leaf)) for leaf in leaves]
+            flags[name] = [perturbed(leaf) for leaf in leaves]
+    call = {"inputs": inputs, "perturbed": flags, "static": fixed}
     return lambda original: _watched(original, args, dict(kwargs), calls, call)
 
 
@@ -90,9 +79,7 @@ def _watched(
             calls.differentiated(call, tuple(sorted(given)))
 
     leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
-    leaves = [
-        _identity(leaf, noted, zero_too=True) if _perturbed(leaf) else leaf for leaf in leaves
-    ]
+    leaves = [_identity(leaf, noted, zero_too=True) if perturbed(leaf) else leaf for leaf in leaves]
     args, kwargs = jax.tree_util.tree_unflatten(tree, leaves)
     outputs, tree = jax.tree_util.tree_flatten(original(*args, **kwargs))
     outputs = [
@@ -104,8 +91,9 @@ def _watched(
     return jax.tree_util.tree_unflatten(tree, outputs)
 
 
-def _perturbed(leaf: Any) -> bool:
-    return type(leaf).__name__ == "LinearizeTracer" and type(leaf.tangent).__name__ != "Zero"
+def _aval(value: Any) -> list[Any]:
+    dtype, shape, weak = leaf_aval(value)
+    return [dtype, list(shape), weak]
 
 
 def _identity(leaf: Any, given: Callable[[], Any], *, zero_too: bool = False) -> Any:
