@@ -39,11 +39,11 @@ from ppy_runtime_pjrt import unstaged
 from ppy_runtime_pjrt.calls import Bound, Calls
 from ppy_runtime_pjrt.conditions import Conditions
 from ppy_runtime_pjrt.guard import Fallback, Guard, Signature, type_name
-from ppy_runtime_pjrt.linearized import Programs
 from ppy_runtime_pjrt.placement import Placed, Placement, committed
 
 if TYPE_CHECKING:
     from ppy_runtime_pjrt.compile import Executables, Shaped
+    from ppy_runtime_pjrt.linearized import Programs
 
 __all__ = ["CallStats", "ExportRuntime", "StagedFunction"]
 
@@ -850,11 +850,14 @@ class ExportRuntime:
         for v in contract.variants:
             key = tuple(statics.key_of_json(v.static[name]) for name in contract.static)
             staged = self._variant(entry, contract, v)
-            staged.linearized = tuple(
-                Programs(g)
-                for g in contract.linearized
-                if contract.variants[g.variant].static == v.static
-            )
+            if contract.linearized:  # imported only where a recording saw jax.grad
+                from ppy_runtime_pjrt.linearized import Programs
+
+                staged.linearized = tuple(
+                    Programs(g)
+                    for g in contract.linearized
+                    if contract.variants[g.variant].static == v.static
+                )
             variants[key] = (*variants.get(key, ()), staged)
         self._read[entry.key] = contract, variants
         return contract, variants
