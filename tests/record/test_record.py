@@ -829,65 +829,6 @@ def test_typed_prng_key_inputs_and_outputs_are_recorded_and_staged(tmp_path: Pat
     assert compared.staged_calls("bits") == 1
 
 
-def test_a_function_called_only_under_jax_grad_is_recorded_and_served_by_its_vjp(
-    tmp_path: Path,
-) -> None:
-    """A loss the program calls only through ``jax.value_and_grad`` (jax's
-    examples' training loops do): the recording notes the arrays each call is
-    evaluated at, and with ``staged-vjp`` the build (or, for a jit that reads
-    an array of ``main()``, the recording) exports it with its VJP, and every
-    gradient is served by the export with python's bits. A grad under an outer jit is a
-    call inside that trace: not noted; the outer jit, called where it is made,
-    is staged itself (``<jit-LINE>``), so the run never traces it."""
-    source = """
-    import jax
-    import jax.numpy as jnp
-
-
-    @jax.jit
-    def loss(w, x, y):
-        return jnp.mean((jnp.tanh(x @ w) - y) ** 2)
-
-
-    def main():
-        x = jnp.stack([jnp.linspace(-1.0, 1.0, 16), jnp.cos(jnp.arange(16.0))], axis=1)
-        y = jnp.sin(jnp.arange(16.0))
-        scale = jnp.asarray([1.0, 2.0])
-
-        @jax.jit
-        def scaled(w, x):  # reads an array of main(): exported by the recording
-            return jnp.sum(jnp.tanh(x @ (w * scale)))
-
-        w = jnp.zeros(2)
-        for step in range(4):
-            value, g = jax.value_and_grad(loss)(w, x, y)
-            w = w - 0.5 * g
-            print(step, value.tolist(), g.tolist(), jax.grad(scaled)(w, x).tolist())
-        print(jax.jit(jax.grad(loss))(w, x, y).tolist())
-
-
-    if __name__ == "__main__":
-        main()
-    """
-    root = _project(tmp_path, source)
-    (root / "pyproject.toml").write_text(PERMISSIONS + "staged-vjp = true\n")
-    cache = tmp_path / "cache"
-    recorded = _ppy(root, cache, "record", "model.ppy")
-    assert recorded.returncode == 0, recorded.stderr
-    assert _file(root)["functions"]["model.loss"]["calls"] == 4
-    compared = differential(root, cache=cache)
-    assert compared.staged_calls("loss") == 4
-    assert compared.staged_calls("main.<locals>.scaled") == 4
-    outer = (
-        textwrap.dedent(source)
-        .lstrip()
-        .splitlines()
-        .index("    print(jax.jit(jax.grad(loss))(w, x, y).tolist())")
-    )
-    assert compared.staged_calls(f"main.<locals>.<jit-{outer + 1}>") == 1
-    assert not compared.fallbacks()
-
-
 GRADIENTS = """
 import sys
 
