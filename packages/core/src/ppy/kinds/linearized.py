@@ -216,7 +216,7 @@ def _sources(value: Any, inputs: int) -> tuple[Source, ...]:
             and item[1] >= 0
             and (item[0] != "input" or item[1] < inputs)
         ):
-            raise ValueError(f"a source is {item!r}, not [input|primal, position]")
+            raise ValueError(f"a source is {item!r}, not [input|primal|constant, position]")
         found.append((item[0], item[1]))
     return tuple(found)
 
