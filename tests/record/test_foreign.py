@@ -22,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import pytest
 
 from tests.support.differential import differential
@@ -44,15 +45,24 @@ STAGED = {
     # evidence, jit(partial(...)) of main()'s variables, exported by the recorded
     # run; predict is made anew for each length: its export holds the last
     # kernel, and the first call, which reads the other, takes jit's path.
+    # On jax 0.12, jit gives predict's program the kernel matrix of the data
+    # it closes over as an argument, and predict stays (rule constants).
     "kernel_regression": {"main.<locals>.evidence": 1, "main.<locals>.predict": 1},
 }
+
+#: What jit hands its program as arguments where this jax does (the
+#: ``constants`` rule): those functions stay.
+HOISTED = {"kernel_regression": {"main.<locals>.predict"}}
 
 
 @pytest.mark.parametrize("program", sorted(STAGED))
 def test_a_foreign_program_recorded_as_written_is_staged_with_the_same_output(
     tmp_path: Path, program: str
 ) -> None:
-    assert staged_calls(tmp_path, program) == STAGED[program]
+    expected = STAGED[program]
+    if jax.config.values.get("jax_use_simplified_jaxpr_constants", False):
+        expected = {k: v for k, v in expected.items() if k not in HOISTED.get(program, ())}
+    assert staged_calls(tmp_path, program) == expected
 
 
 def staged_calls(tmp_path: Path, program: str) -> dict[str, int]:

@@ -117,9 +117,14 @@ def _variant(variants: Sequence[Any], static: Mapping[str, Any]) -> int | None:
 
 def _exported(closed: Any, platforms: Sequence[str]) -> bytes:
     """A closed jaxpr exported as jit compiles it: its equations traced
-    again under ``jax.jit``, for the given platforms."""
+    again under ``jax.jit``, for the given platforms; ``Unlinearizable``
+    where jit gives the program constants as arguments, which the export
+    would embed (``ppy_plugin_jax.constants``)."""
     import jax
     from jax.extend.core import jaxpr_as_fun
+    from ppy.kinds.linearized import Unlinearizable
+
+    from ppy_plugin_jax.constants import hoisted
 
     avals = [
         jax.ShapeDtypeStruct(  # type: ignore[no-untyped-call]
@@ -127,5 +132,12 @@ def _exported(closed: Any, platforms: Sequence[str]) -> bytes:
         )
         for a in closed.in_avals
     ]
-    exported = jax.export.export(jax.jit(jaxpr_as_fun(closed)), platforms=platforms)(*avals)
+    jitted = jax.jit(jaxpr_as_fun(closed))
+    found = hoisted(jitted, avals)
+    if found:
+        raise Unlinearizable(
+            f"jit gives its program the constants {', '.join(found)} as arguments, "
+            "which an export would embed"
+        )
+    exported = jax.export.export(jitted, platforms=platforms)(*avals)
     return bytes(exported.serialize())

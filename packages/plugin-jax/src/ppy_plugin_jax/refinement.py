@@ -19,6 +19,11 @@ module's structure, not in the sizes. A program that compiles the same
 computes the same bits. The check is conservative: two programs can differ
 in an operand order and still agree on every bit, and such a function
 stays too.
+
+An export of fixed sizes is compared too where jit hands its program
+constants as arguments, which the export embeds (jax 0.12,
+``ppy_plugin_jax.constants``): the two are one program where XLA left each
+embedded constant as it is, and jit's parameter is taken as that constant.
 """
 
 from __future__ import annotations
@@ -26,7 +31,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from ppy.kinds.jax_programs import Uncompared, compile_both, jit_numbers, print_options, program
+from ppy.kinds.jax_programs import (
+    Uncompared,
+    compile_both,
+    constant_texts,
+    jit_numbers,
+    print_options,
+    program,
+)
 
 __all__ = ["PROBES", "Uncompared", "diverges"]
 
@@ -85,11 +97,13 @@ def diverges(
     leaves: Sequence[Any],
     order: Sequence[int] | None = None,
 ) -> dict[str, int] | None:
-    """The sizes at which ``exported`` compiles to another program than jit's;
-    None where they compile the same, where the export has no symbol, or
-    where this process cannot compile it (another platform, a mesh of more
-    devices than it has: the run's compiler is not here to ask);
-    ``Uncompared`` where no size of ``PROBES`` compiles for both.
+    """The sizes at which ``exported`` compiles to another program than jit's
+    (``{}`` for an export without symbols: at its own sizes); None where they
+    compile the same, where the export has no symbol and jit hands its
+    program no constant (``ppy_plugin_jax.constants``), or where this process
+    cannot compile it (another platform, a mesh of more devices than it has:
+    the run's compiler is not here to ask); ``Uncompared`` where no size of
+    ``PROBES`` compiles for both.
 
     ``jitted`` lowers the jitted function, as the program calls it, for the
     export's inputs at given sizes (a list of ``ShapeDtypeStruct``).
@@ -99,16 +113,25 @@ def diverges(
     """
     import jax
 
+    from ppy_plugin_jax.constants import hoisting
     from ppy_plugin_jax.verify import symbols
 
     names = symbols(exported)
-    if not names or jax.default_backend() not in exported.platforms:
+    if (not names and not hoisting()) or jax.default_backend() not in exported.platforms:
         return None
     mesh = _mesh(leaves)
     if mesh is False:
         return None
     options = print_options()
     served = jax.jit(exported.call)
+    if not names:
+        sized = _sized(leaves, exported, {}, mesh)
+        assert sized is not None  # an export's own sizes are positive
+        lowered = jitted(sized)
+        if not _given(lowered):
+            return None
+        compiled = compile_both(served.lower(*sized), lowered)
+        return None if _same(compiled, lowered, order, options) else {}
     for size in PROBES:
         sizes = dict.fromkeys(names, size)
         sized = _sized(leaves, exported, sizes, mesh)
@@ -116,9 +139,38 @@ def diverges(
             continue
         try:
             lowered = jitted(sized)
-            theirs, ours = compile_both(served.lower(*sized), lowered)
+            compiled = compile_both(served.lower(*sized), lowered)
         except Exception:  # a constraint of the export, or sizes jit refuses
             continue
-        numbers = None if order is None else jit_numbers(lowered, order)
-        return None if program(theirs, options) == program(ours, options, numbers) else sizes
+        return None if _same(compiled, lowered, order, options) else sizes
     raise Uncompared(f"none of the sizes {', '.join(map(str, PROBES))} compiles for both")
+
+
+def _same(
+    compiled: tuple[Any, Any], lowered: Any, order: Sequence[int] | None, options: Any
+) -> bool:
+    """Whether the export and jit (``lowered``), compiled, are one program:
+    the constants jit hands its own as its first arguments taken as the
+    constants the export embeds."""
+    theirs, ours = compiled
+    values = _given(lowered)
+    numbers = None if order is None else jit_numbers(lowered, order, len(values))
+    given = {number: _text(value, options) for number, value in enumerate(values)}
+    return bool(program(theirs, options) == program(ours, options, numbers, given))
+
+
+def _given(lowered: Any) -> list[Any]:
+    """The constants jit hands the program ``lowered`` as its first arguments
+    (jax 0.12's ``const_args``; none on a jax that embeds them all)."""
+    return list(getattr(getattr(lowered, "_lowering", None), "const_args", None) or ())
+
+
+def _text(value: Any, options: Any) -> str:
+    """``value`` as the compiled program of an export that embeds it prints it."""
+    import jax
+
+    exported = jax.export.export(jax.jit(lambda: value))()
+    texts = constant_texts(jax.jit(exported.call).lower().compile(), options)
+    if len(texts) != 1:
+        raise Uncompared("XLA compiles a constant of the trace to no constant of its own")
+    return texts[0]

@@ -835,8 +835,9 @@ def _asked(use: Use, where: str, root: str) -> str:
 def _compiles_as_jit(
     flat: _Flat, static: dict[str, Any], exported: Any, leaves: Sequence[Any], where: str
 ) -> None:
-    """Refuse an export with symbolic dims that XLA, given sizes, compiles to
-    another program than jit's (``ppy_plugin_jax.refinement``)."""
+    """Refuse an export that XLA compiles to another program than jit's:
+    one with symbolic dims, given sizes; one jit hands constants its export
+    embeds (``ppy_plugin_jax.refinement``)."""
     from ppy_plugin_jax.refinement import Uncompared, diverges
 
     try:
@@ -844,6 +845,14 @@ def _compiles_as_jit(
             lambda sized: flat.lowered(static, sized), exported, leaves, flat.jit_order(leaves)
         )
     except Uncompared as error:
+        if all(isinstance(d, int) for a in exported.in_avals for d in a.shape):
+            raise _Refusal(
+                "constants",
+                f"{error}{where}, so ppy cannot check that the export, which embeds the "
+                "constants jit gives its program as arguments, computes what jit does",
+                deliberate=True,
+                remedy="pass the arrays as arguments of the function",
+            ) from None
         raise _Refusal(
             "refinement",
             f"{error}{where}, so ppy cannot check that the export computes what jit does",
@@ -851,6 +860,16 @@ def _compiles_as_jit(
             remedy="give the dims fixed sizes",
             symbolic=True,
         ) from None
+    if sizes == {}:
+        raise _Refusal(
+            "constants",
+            f"jit gives its program constants of the trace as arguments (arrays it closes "
+            f"over, or computes from them, over jax_embedded_constants_max_bytes){where}, "
+            "where an export embeds them, and XLA computes with them at compile time: "
+            "results can differ in the last bits",
+            deliberate=True,
+            remedy="pass the arrays as arguments of the function",
+        )
     if sizes is not None:
         at = ", ".join(f"{name}={size}" for name, size in sizes.items())
         raise _Refusal(

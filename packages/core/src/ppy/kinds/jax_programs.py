@@ -16,10 +16,17 @@ imported already.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-__all__ = ["Uncompared", "compile_both", "jit_numbers", "print_options", "program"]
+__all__ = [
+    "Uncompared",
+    "compile_both",
+    "constant_texts",
+    "jit_numbers",
+    "print_options",
+    "program",
+]
 
 
 class Uncompared(Exception):
@@ -52,13 +59,24 @@ def print_options() -> Any:
     return options
 
 
-def program(compiled: Any, options: Any, numbers: Sequence[int] | None = None) -> str:
+def program(
+    compiled: Any,
+    options: Any,
+    numbers: Sequence[int] | None = None,
+    given: Mapping[int, str] | None = None,
+) -> str:
     """The optimized HLO of ``compiled``, printed with ``options``, without
     computation names, and without the parameters it never reads; parameter
     ``k`` numbered ``numbers[k]`` where given (the export's order of the input
-    jit takes ``k``-th)."""
-    modules = compiled.runtime_executable().hlo_modules()
-    text = "\n".join(module.to_string(options) for module in modules)
+    jit takes ``k``-th).
+
+    ``given``: per parameter number, the constant it is given, as
+    ``constant_texts`` prints it, written where it is used as a constant of
+    the program is. From jax 0.12 jit hands a large constant of the trace to
+    its program as an argument, where an export embeds it: the two compute
+    the same where XLA left the embedded constant as it is.
+    """
+    text = _printed(compiled, options)
     # The module's header holds its name, from the jitted function's, and
     # the layout of every parameter, read ones and others alike.
     text = "\n".join(line for line in text.splitlines() if not line.startswith("HloModule "))
@@ -70,10 +88,23 @@ def program(compiled: Any, options: Any, numbers: Sequence[int] | None = None) -
     if not found:
         return text
     body, end, rest = entry.partition("\n}")
-    return f"{head}{found}{_entry(body, numbers)}{end}{rest}"
+    return f"{head}{found}{_entry(body, numbers, given or {})}{end}{rest}"
 
 
-def _entry(entry: str, numbers: Sequence[int] | None = None) -> str:
+def constant_texts(compiled: Any, options: Any) -> list[str]:
+    """The constants of ``compiled``'s entry computation, in the order it
+    lists them, as ``program`` writes them where they are used."""
+    _, _, entry = _printed(compiled, options).partition("\nENTRY ")
+    lines = entry.partition("\n}")[0].splitlines()
+    return [m.group(2) for m in map(_CONSTANT.match, lines) if m]
+
+
+def _printed(compiled: Any, options: Any) -> str:
+    modules = compiled.runtime_executable().hlo_modules()
+    return "\n".join(module.to_string(options) for module in modules)
+
+
+def _entry(entry: str, numbers: Sequence[int] | None, given: Mapping[int, str]) -> str:
     """The entry computation ``entry`` less the parameters it never reads,
     the others numbered in order, each constant written where it is used,
     and its other values named in order.
@@ -83,7 +114,8 @@ def _entry(entry: str, numbers: Sequence[int] | None = None) -> str:
     unread parameter is no part of what is computed, and neither is the
     place in the schedule of a constant, which two lowerings order apart.
     Nor is the order the parameters are declared in: renumbered by
-    ``numbers``, they are listed in their new order.
+    ``numbers``, they are listed in their new order. A parameter ``given``
+    a constant is written as that constant.
     """
     lines = entry.splitlines()
     own = "\n".join(line for line in lines if _OWN.match(line))
@@ -96,6 +128,9 @@ def _entry(entry: str, numbers: Sequence[int] | None = None) -> str:
         parameter = _PARAMETER.match(line)
         if parameter is not None:
             value, number = parameter.groups()
+            if int(number) in given:
+                constants[value] = f"<{given[int(number)]}>"
+                continue
             if len(re.findall(rf"\b{value}\b", own)) == 1:
                 continue
             if numbers is not None and int(number) >= len(numbers):
@@ -133,8 +168,9 @@ def compile_both(first: Any, second: Any) -> tuple[Any, Any]:
         return first.compile(), other.result()
 
 
-def jit_numbers(lowered: Any, order: Sequence[int]) -> list[int]:
-    """For each parameter of jit's module, the export's number of its input.
+def jit_numbers(lowered: Any, order: Sequence[int], hoisted: int = 0) -> list[int]:
+    """For each parameter of jit's module, the export's number of its input
+    (-1 for the ``hoisted`` first, the constants jit hands its program).
 
     jit leaves out the inputs the function never reads, and numbers the rest
     in its own order; which it kept, jax says only in its lowering's
@@ -147,14 +183,16 @@ def jit_numbers(lowered: Any, order: Sequence[int]) -> list[int]:
         compile_args = {}
     kept = compile_args.get("kept_var_idx")
     taken = compile_args.get("global_in_avals")  # what the module's parameters are
+    if kept is not None:
+        kept = [i - hoisted for i in sorted(kept)[hoisted:]]
     if (
         kept is None
         or taken is None
-        or len(taken) != len(kept)
+        or len(taken) != len(kept) + hoisted
         or not all(0 <= i < len(order) for i in kept)
     ):
         raise Uncompared(
             "this jax does not say which inputs its lowering keeps, and jit takes the "
             "keyword arguments in another order than the export"
         )
-    return [order[i] for i in sorted(kept)]
+    return [-1] * hoisted + [order[i] for i in kept]
