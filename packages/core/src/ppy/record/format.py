@@ -170,6 +170,10 @@ class FunctionCalls:
         "static"}``) that gave ``cotangents`` a cotangent."""
         self.gradients.setdefault(_canonical(call), set()).add(cotangents)
 
+    def patterns(self, call: Mapping[str, Any]) -> int:
+        """How many cotangent patterns the backward passes through ``call`` had."""
+        return len(self.gradients.get(_canonical(call), ()))
+
     def gradient_calls(self) -> list[dict[str, Any]]:
         """Each differentiated call with its patterns, in a stable order."""
         return [

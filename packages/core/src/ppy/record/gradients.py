@@ -13,35 +13,84 @@ prunes before it transposes the call what it would be without them: an
 output nothing uses is pruned with its identity.
 
 The values are python's: the identity computes nothing either way.
+
+The identities cost the recording time (about 0.3 ms each, one per leaf of a
+call, in eager mode), where a training loop makes the same call hundreds of
+times. So a signature (leaves, perturbed set, static values) stops being
+watched once ``QUIET`` of its watched calls in a row brought no pattern the
+recording had not seen. A pattern that shows only later is then not in the
+file, and a run serves it as it serves any unseen one: by tracing the
+function once, as jit does (``ppy_runtime_pjrt.linearized``).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 from ppy.kinds.linearized import leaf_aval
 from ppy.kinds.tracers import perturbed
 from ppy.record.format import FunctionCalls
 
-__all__ = ["watch"]
+__all__ = ["QUIET", "Watch"]
 
 #: Static values the file holds: JSON literals.
 _LITERALS = (bool, int, float, str, type(None))
 
+#: Watched calls in a row of one signature, none bringing a new cotangent
+#: pattern, after which its calls are no longer watched.
+QUIET: Final = 3
 
-def watch(
-    calls: FunctionCalls,
+
+@dataclass
+class Watch:
+    """Where one function's calls under ``jax.grad`` note their backward
+    passes (``calls``), and, per signature, how many of its watched calls in
+    a row brought no new pattern, with the count of patterns it had then."""
+
+    calls: FunctionCalls
+    quiet: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def __call__(
+        self,
+        positional: Sequence[str],
+        static: frozenset[str],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+    ) -> Callable[[Callable[..., Any]], Any] | None:
+        """What makes a call under reverse-mode differentiation at concrete
+        points (``ppy.kinds.tracers.primals`` found them), given the jitted
+        function, so that its backward passes are noted; None where a static
+        value is not one the file holds, or where its signature is quiet."""
+        call = _call(positional, static, args, kwargs)
+        if call is None or self._settled(call):
+            return None
+        return lambda original: _watched(original, args, dict(kwargs), self.calls, call)
+
+    def _settled(self, call: Mapping[str, Any]) -> bool:
+        """Whether ``QUIET`` watched calls of this signature in a row brought
+        no new pattern (each one's backward pass has run by the next call:
+        a call whose pass has not is counted as quiet, and watched again
+        while the count is short)."""
+        patterns = self.calls.patterns(call)
+        key = json.dumps(call, sort_keys=True)
+        calm, seen = self.quiet.get(key, (-1, -1))
+        calm = 0 if patterns > seen else calm + 1
+        self.quiet[key] = (calm, patterns)
+        return calm >= QUIET
+
+
+def _call(
     positional: Sequence[str],
     static: frozenset[str],
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
-) -> Callable[[Callable[..., Any]], Any] | None:
-    """What makes a call under reverse-mode differentiation at concrete
-    points (``ppy.kinds.tracers.primals`` found them), given the jitted
-    function, so that its backward passes are noted in ``calls``; None where
-    a static value is not one the file holds."""
+) -> dict[str, Any] | None:
+    """A call's leaves, which of them carry a tangent, and its static values;
+    None where a static value is not a JSON literal."""
     import jax
 
     values = dict(zip(positional, args, strict=False)) | dict(kwargs)
@@ -55,8 +104,7 @@ def watch(
             leaves = jax.tree_util.tree_leaves(value)
             inputs[name] = [_aval(getattr(leaf, "primal", leaf)) for leaf in leaves]
             flags[name] = [perturbed(leaf) for leaf in leaves]
-    call = {"inputs": inputs, "perturbed": flags, "static": fixed}
-    return lambda original: _watched(original, args, dict(kwargs), calls, call)
+    return {"inputs": inputs, "perturbed": flags, "static": fixed}
 
 
 def _watched(

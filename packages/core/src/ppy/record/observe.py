@@ -31,7 +31,7 @@ from ppy.kinds.keys import KEY_DTYPES, is_key
 from ppy.kinds.pytrees import class_name, reference
 from ppy.kinds.tracers import primals
 from ppy.record.format import CLOSURE, FunctionCalls, Signatures
-from ppy.record.gradients import watch
+from ppy.record.gradients import Watch
 from ppy.record.live import LiveWatch, Traced, module_names, needs_live
 from ppy.run.binding import bind_source, want_made
 from ppy.run.made import MadeJits
@@ -76,6 +76,8 @@ class Recorder:
         self.seen: dict[str, Counter[str]] = {}
         #: Per function, its calls under ``jax.grad`` (``FunctionCalls.gradients``).
         self.gradients: dict[str, FunctionCalls] = {}
+        #: Per function, the watch of those calls (``ppy.record.gradients``).
+        self.watches: dict[str, Watch] = {}
         #: Per function, the calls that could not be written down, by why.
         self.skipped: Counter[tuple[str, str]] = Counter()
         #: Per function the build cannot make again (``ppy.record.live``): its
@@ -127,7 +129,7 @@ class Recorder:
             counter,
             self.skipped,
             made,
-            self.gradients.setdefault(name, FunctionCalls()),
+            self.watches.setdefault(name, Watch(self.gradients.setdefault(name, FunctionCalls()))),
         )
         notes.live = self._live(name, function, python, signature)
         if notes.live is not None:
@@ -227,11 +229,11 @@ class _Notes:
         "_made",
         "_main",
         "_skipped",
-        "calls",
         "live",
         "name",
         "positional",
         "static",
+        "watch",
     )
 
     def __init__(
@@ -243,11 +245,11 @@ class _Notes:
         counter: Counter[str],
         skipped: Counter[tuple[str, str]],
         made: Any = None,
-        calls: FunctionCalls | None = None,
+        watch: Watch | None = None,
     ) -> None:
         self.name = name
         #: Where calls under ``jax.grad`` note their backward passes.
-        self.calls = calls if calls is not None else FunctionCalls()
+        self.watch = watch if watch is not None else Watch(FunctionCalls())
         #: The Python function, where it reads variables of the function around it.
         self._made = made
         self.positional = positional
@@ -275,7 +277,7 @@ class _Notes:
                     self._note(*concrete)
                     if self.live is not None:
                         self.live.differentiated = True
-                    return watch(self.calls, self.positional, self.static, args, kwargs)
+                    return self.watch(self.positional, self.static, args, kwargs)
         return None
 
     def _note(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
