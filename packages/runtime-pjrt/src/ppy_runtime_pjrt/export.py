@@ -424,6 +424,12 @@ class StagedFunction:
         VJP is the export's own, where the build exported one."""
         programs = staged.linearization(leaves, at)
         if programs is not None:
+            misfit = programs.misfit()
+            if misfit is not None:
+                return Fallback(
+                    "tracer",
+                    f"differentiated, and jit's programs in the artifact do not fit: {misfit}",
+                )
             call = staged.linearizing(self.calls, programs, self.original, self._traced)
             return Route(call, args, kwargs)
         if self.calls.donated:

@@ -33,6 +33,60 @@ class Programs:
         self._constants: list[Any] | None = None
         self._transposed: dict[tuple[int, ...], tuple[Any, Any]] = {}
         self._traced: dict[tuple[int, ...], tuple[Any, Captured]] = {}
+        self._misfit: str | None = None
+
+    def misfit(self) -> str | None:
+        """Why these programs do not fit together, or None; checked once,
+        before the first call they would serve. The artifact's reader checks
+        each record's form, but how many values each program takes and
+        gives is known only once it is deserialized: a source or a gradient
+        naming a value no program gives (a damaged or edited artifact) would
+        fail inside a backward pass, where nothing can fall back."""
+        if self._misfit is None:
+            try:
+                self._misfit = self._fit() or ""
+            except Exception as error:  # bytes jax cannot read as an export
+                self._misfit = f"a program cannot be read ({type(error).__name__})"
+        return self._misfit or None
+
+    def _fit(self) -> str | None:
+        """``misfit``'s reason, every program deserialized (and kept)."""
+        import jax
+
+        linearized = self.linearized
+        primal = self.primal()
+        constants = (
+            len(jax.export.deserialize(bytearray(linearized.constants)).out_avals)
+            if linearized.constants
+            else 0
+        )
+        counts = {
+            "input": len(linearized.inputs),
+            "primal": len(primal.out_avals),
+            "constant": constants,
+        }
+        named = [("the primal program's inputs", linearized.primal_inputs)]
+        named.append(("the outputs", linearized.outputs))
+        if any(kind == "primal" for kind, _ in linearized.primal_inputs):
+            return "the primal program's inputs name its own outputs"
+        if len(linearized.primal_inputs) != len(primal.in_avals):
+            return f"the primal program takes {len(primal.in_avals)} inputs"
+        for record in linearized.transposed:
+            program = jax.export.deserialize(bytearray(record.export))
+            self._transposed[record.cotangents] = (program, record)
+            where = f"the transposed program of cotangents {record.cotangents}"
+            if len(record.residuals) + len(record.cotangents) != len(program.in_avals):
+                return f"{where} takes {len(program.in_avals)} inputs"
+            if len(record.gradients) != sum(linearized.perturbed):
+                return f"{where} gives {len(record.gradients)} gradients"
+            if any(g is not None and not 0 <= g < len(program.out_avals) for g in record.gradients):
+                return f"{where} gives no output that a gradient names"
+            named.append((f"the residuals of {where}", record.residuals))
+        for what, sources in named:
+            for kind, index in sources:
+                if not 0 <= index < counts[kind]:
+                    return f"{what} name {kind} value {index} of {counts[kind]}"
+        return None
 
     def primal(self) -> Any:
         if self._primal is None:
