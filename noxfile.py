@@ -3,7 +3,7 @@
 - tests: the whole pytest suite against the four distributions, shared
   between the Pythons in ``PYTHONS`` (pip gives 3.11 jax 0.10, and 3.12+ jax
   0.12): the unit suites on each, the differential suite on the newest, the
-  rest on the oldest (``_suites``); on three pytest-xdist workers (``XDIST``).
+  rest on the oldest (``_suites``); on four pytest-xdist workers (``XDIST``).
 - lint: ruff, and the import contract (import-linter, ``[tool.importlinter]``
   in the root pyproject.toml): plugins and runtimes reach core only through
   ``ppy.plugin``, ``ppy.runtime`` and ``ppy.kinds``.
@@ -110,16 +110,17 @@ TEST_TOOLS = (
     "setuptools>=68",
     "import-linter>=2.17",
 )
-#: Three workers on two cores: the tests mostly wait on ``ppy`` and
-#: ``python`` subprocesses, and a third keeps the cores busy while the other
-#: two wait (the 3.11 session's pytest took 569 s against 604 s with two,
-#: 2026-12-07). ``loadfile`` sends a whole file
+#: Four workers on two cores: the tests mostly wait on ``ppy`` and
+#: ``python`` subprocesses, and the workers beyond two keep the cores busy
+#: while the others wait (the 3.11 session's pytest took 498 s with four,
+#: 527 s with three, run one after the other on a clean clone, 2026-12-07;
+#: 604 s with two the day before). ``loadfile`` sends a whole file
 #: to one worker, so a module-scoped build is made once, and each worker builds
 #: a shared example (tests/conftest.py's ``built_examples``) at most once. On 2
 #: cores it measured ahead of ``load`` and of ``loadgroup``. The files go out
 #: longest first (tests/conftest.py's ``LONGEST_FIRST``), not by their number
 #: of tests as pytest-xdist would send them: the workers end together.
-XDIST = ("-n", "3", "--dist", "loadfile")
+XDIST = ("-n", "4", "--dist", "loadfile")
 #: The unit suites of the four distributions and the differential ones (python
 #: against ``ppy run``): ``quick`` runs these, less the ``models`` tests.
 QUICK = (

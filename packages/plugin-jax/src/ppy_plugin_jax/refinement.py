@@ -46,6 +46,10 @@ __all__ = ["PROBES", "Uncompared", "diverges"]
 #: export and the jitted function compile for is compared.
 PROBES: Final = (8, 3, 16, 2, 1, 32, 64)
 
+#: The most bytes of constants jit hands its program that are compared,
+#: printed in full, with the export's: beyond, the function stays.
+CONSTANT_BYTES: Final = 1 << 22
+
 
 def _sized(
     leaves: Sequence[Any], exported: Any, sizes: Mapping[str, int], mesh: Any
@@ -126,11 +130,15 @@ def diverges(
     served = jax.jit(exported.call)
     if not names:
         sized = _sized(leaves, exported, {}, mesh)
-        assert sized is not None  # an export's own sizes are positive
+        if sized is None:
+            raise Uncompared("an input has no elements")
         lowered = jitted(sized)
         if not _given(lowered):
             return None
-        compiled = compile_both(served.lower(*sized), lowered)
+        try:
+            compiled = compile_both(served.lower(*sized), lowered)
+        except Exception as error:  # the export's own sizes: nothing else to try
+            raise Uncompared(f"XLA cannot compile both here ({type(error).__name__})") from None
         return None if _same(compiled, lowered, order, options) else {}
     for size in PROBES:
         sizes = dict.fromkeys(names, size)
@@ -154,6 +162,10 @@ def _same(
     constants the export embeds."""
     theirs, ours = compiled
     values = _given(lowered)
+    if sum(getattr(value, "nbytes", 0) for value in values) > CONSTANT_BYTES:
+        raise Uncompared(
+            f"the constants jit hands its program hold over {CONSTANT_BYTES >> 20} MiB"
+        )
     numbers = None if order is None else jit_numbers(lowered, order, len(values))
     given = {number: _text(value, options) for number, value in enumerate(values)}
     return bool(program(theirs, options) == program(ours, options, numbers, given))
