@@ -147,8 +147,17 @@ FAST_IMPORT = ("ml_dtypes<0.7",)
 
 #: The suites that run on every Python: the unit suites of core and of the
 #: compiler, seconds each, where the language shows first (ast, frames,
-#: the standard library).
-EVERY_PYTHON = ("tests/core", "tests/architecture", "tests/plugin_xla")
+#: the standard library); and the programs written before ppy, recorded as
+#: written, whose staged calls jax 0.12 once computed otherwise than jit
+#: (kernel_regression's closed-over constants, ``ppy_plugin_jax.constants``),
+#: about 30 s on four workers.
+EVERY_PYTHON = (
+    "tests/core",
+    "tests/architecture",
+    "tests/plugin_xla",
+    "tests/record/test_foreign.py",
+    "tests/record/test_foreign_keys.py",
+)
 #: The suites that run on the newest Python only: the differential suite,
 #: against the newest jax, where the last three version differences were
 #: found (a libm slip in jaxlib 0.12.1, a moved warning line, a standard
