@@ -83,6 +83,23 @@ def test_an_export_with_no_symbol_or_for_another_platform_is_not_compared() -> N
     assert _diverges(ramp, _leaves(), platforms=["tpu"]) is None
 
 
+def test_a_backend_jax_calls_by_an_alias_is_compared_under_the_export_s_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On an NVIDIA GPU ``jax.default_backend()`` says ``gpu`` and an export
+    lists ``cuda``: the two names of one platform. This CPU is given the same
+    pair of names (its backend says ``gpu``, jax canonicalises that to
+    ``cpu`` as it does to ``cuda`` there), and the export is still compared
+    with jit, and found to differ."""
+    from jax._src import xla_bridge
+
+    monkeypatch.setitem(xla_bridge._alias_to_platforms, "gpu", ["cpu"])
+    monkeypatch.setattr(xla_bridge, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert jax.export.default_export_platform() == "cpu"
+    assert _diverges(ramp, _leaves()) == {"B": PROBES[0]}
+
+
 def weigh(*, b: jax.Array, a: jax.Array) -> jax.Array:
     return b - 2 * a
 

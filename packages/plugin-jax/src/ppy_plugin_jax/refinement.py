@@ -35,6 +35,7 @@ from ppy.kinds.jax_programs import (
     Uncompared,
     compile_both,
     constant_texts,
+    export_platform,
     jit_numbers,
     print_options,
     program,
@@ -105,7 +106,8 @@ def diverges(
     (``{}`` for an export without symbols: at its own sizes); None where they
     compile the same, where the export has no symbol and jit hands its
     program no constant (``ppy_plugin_jax.constants``), or where this process
-    cannot compile it (another platform, a mesh of more devices than it has:
+    cannot compile it (another platform, by jax.export's name of this one:
+    ``ppy.kinds.jax_programs.export_platform``; a mesh of more devices than it has:
     the run's compiler is not here to ask); ``Uncompared`` where no size of
     ``PROBES`` compiles for both.
 
@@ -121,7 +123,7 @@ def diverges(
     from ppy_plugin_jax.verify import symbols
 
     names = symbols(exported)
-    if (not names and not hoisting()) or jax.default_backend() not in exported.platforms:
+    if (not names and not hoisting()) or export_platform() not in exported.platforms:
         return None
     mesh = _mesh(leaves)
     if mesh is False:

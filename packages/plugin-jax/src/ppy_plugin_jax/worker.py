@@ -515,7 +515,7 @@ def _linearized(
     is then served as before, by the export's VJP or by jit. ``flat.fn``
     must be the jitted function itself: jax's trace of ``jax.vjp`` of it
     holds the programs jit compiles."""
-    import jax
+    from ppy.kinds.jax_programs import export_platform
 
     from ppy_plugin_jax.linearize import linearized
 
@@ -526,7 +526,7 @@ def _linearized(
         args, kwargs = flat.call(static, leaves)
         return flat.fn(*args, **kwargs)
 
-    targets = request.get("platforms") or [jax.default_backend()]
+    targets = request.get("platforms") or [export_platform()]
     try:
         return linearized(call_with, flat.names, [v for v, _ in variants], recorded, targets)
     except Exception as error:  # jax's own trace of jax.vjp: any failure leaves jit's path
@@ -545,6 +545,7 @@ def _contract(
     a recorded process (``ppy_plugin_jax.live``) both write."""
     import jax
     from ppy.kinds.jax_export import JaxExport
+    from ppy.kinds.jax_programs import export_platform
 
     return JaxExport(
         jax_version=jax.__version__,
@@ -560,7 +561,7 @@ def _contract(
         linearized=tuple(linearized),
         # _compiles_as_jit compiled every symbolic variant here, for this
         # machine's platform only.
-        compared_on=(jax.export.default_export_platform(),)
+        compared_on=(export_platform(),)
         if any(v.uses_shape_polymorphism for v, _ in variants)
         else (),
     )
@@ -721,9 +722,9 @@ def _variant(
     export whatever ``verify-sizes`` says, and so does any other failure of
     the symbolic trace: the recorded sizes are exported instead.
     """
-    import jax
     from jax import export
     from ppy.kinds.jax_export import Variant
+    from ppy.kinds.jax_programs import export_platform
     from ppy.kinds.pytrees import Unrebuildable, recipe
     from ppy.plugin import TensorSpec
 
@@ -731,7 +732,7 @@ def _variant(
     from ppy_plugin_jax.mesh import out_shardings, spec_of
     from ppy_plugin_jax.verify import specialized
 
-    targets = request.get("platforms") or [jax.default_backend()]
+    targets = request.get("platforms") or [export_platform()]
     verify = request.get("verify_sizes", True)
     function = flat.bind(static)
     if inputs.mesh is not None:

@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ppy.kinds.jax_programs import export_platform
 from ppy.runtime import ExecutableCache
 
 from ppy_runtime_pjrt import behind
@@ -181,8 +182,10 @@ def _key(
     ):
         raise _Refused
     device = pxla.get_default_device()
-    # What refuses most often is looked at first.
-    body = _jaxpr_text(jaxpr.jaxpr, device.platform)
+    # What refuses most often is looked at first. Lowering rules are kept
+    # under jax.export's platform names: a CUDA device says "gpu", its rules
+    # are under "cuda".
+    body = _jaxpr_text(jaxpr.jaxpr, export_platform(device))
     placement = " ".join(_placement(arg, device) for arg in args)
     parts = [
         _FORMAT,

@@ -29,6 +29,7 @@ from ppy.kinds.base import KindError
 from ppy.kinds.fingerprint import Unreadable, python_function
 from ppy.kinds.jax_compat import outside_window
 from ppy.kinds.jax_export import Captured, JaxExport, Variant, function_reads
+from ppy.kinds.jax_programs import export_platform
 from ppy.kinds.keys import is_key, jax_dtype, key_array_type
 from ppy.kinds.linearized import leaf_aval
 from ppy.kinds.pytrees import Unrebuildable, rebuild, structure
@@ -723,14 +724,13 @@ def _platform(
     may inline what jit keeps apart and round otherwise: it is compared at
     its first call (``ppy_runtime_pjrt.ontarget``).
     """
-    import jax
-
-    here = jax.export.default_export_platform()
+    here = export_platform()
     platforms = tuple(exported.platforms) or tuple(entry.platforms)
     if here not in platforms:
         return (
-            f"exported for {', '.join(platforms)}, but this process runs on {here} "
-            f"(jax.default_backend() is {jax.default_backend()!r})"
+            f"exported for {', '.join(platforms)}, but this process runs on {here}; "
+            f'build on a {here} machine, or add "{here}" to '
+            "[tool.ppy.plugins.jax] platforms"
         ), False
     return None, variant.uses_shape_polymorphism and here not in contract.compared_on
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING, Any
 
-from ppy.kinds.jax_programs import Uncompared, print_options, program
+from ppy.kinds.jax_programs import Uncompared, export_platform, print_options, program
 from ppy.runtime import executable_key
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def compare(
     why: only a program seen to be jit's is served."""
     import jax
 
-    here = jax.default_backend()
+    here = export_platform()
     lower = getattr(original, "lower", None)
     if lower is None:
         return (
@@ -95,5 +95,6 @@ def compare(
     return (
         f"for ({shapes}) on {here}, XLA compiles the export to another program than the "
         "jitted function, which the build could not compare on this platform: results "
-        f"could differ in the last bits; build on {here}, or give the dims fixed sizes"
+        f"could differ in the last bits; build on a {here} machine, or give the dims "
+        "fixed sizes"
     )

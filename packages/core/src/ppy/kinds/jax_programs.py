@@ -7,10 +7,12 @@ at build time, on the build machine's platform (``ppy_plugin_jax.refinement``);
 the PJRT runtime compares them on first use on a platform the build could
 not compile for (a CPU build run on a TPU), and keeps the verdict. Both must
 print a program alike, or one side would pass what the other refuses: so the
-printing lives here, once.
+printing lives here, once; so does the name of the platform each side
+compares on (``export_platform``), or one side would skip what the other counts as
+compared.
 
-It imports jaxlib only in ``print_options``, which runs where jax has been
-imported already.
+It imports jaxlib only in ``print_options`` and jax only in ``export_platform``,
+which run where jax has been imported already.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ __all__ = [
     "compile_both",
     "constant_texts",
     "jit_numbers",
+    "export_platform",
     "print_options",
     "program",
 ]
@@ -45,6 +48,25 @@ _OWN: Final = re.compile(r"^  (?:ROOT )?tmp_")
 _PARAMETER: Final = re.compile(r"^  (tmp_\d+) = \S+ parameter\((\d+)\)")
 #: A scalar or array constant of the entry computation: its name and what it is.
 _CONSTANT: Final = re.compile(r"^  (tmp_\d+) = (\S+ constant\(.*\))$")
+
+
+def export_platform(device: Any = None) -> str:
+    """jax.export's name of the platform ``device`` is on (this process's
+    default backend's where None): ``cuda`` or ``rocm`` where jax's backend
+    and its devices say ``gpu``.
+
+    An export lists its platforms, and jax keeps its lowering rules, under
+    these names only: compared with ``jax.default_backend()`` (``gpu``), a
+    CUDA machine's export would never be on this platform, and the check of
+    it against jit would be skipped without a word.
+    """
+    import jax
+
+    if device is None:
+        return str(jax.export.default_export_platform())
+    from jax._src import xla_bridge  # what default_export_platform calls: no public form
+
+    return str(xla_bridge.canonicalize_platform(device.platform))
 
 
 def print_options() -> Any:
