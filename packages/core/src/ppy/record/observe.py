@@ -131,6 +131,11 @@ class Recorder:
             made,
             self.watches.setdefault(name, Watch(self.gradients.setdefault(name, FunctionCalls()))),
         )
+        notes.defaults = {
+            n: p.default
+            for n, p in signature.parameters.items()
+            if n in function.static and p.default is not p.empty
+        }
         notes.live = self._live(name, function, python, signature)
         if notes.live is not None:
             notes.live.function = original
@@ -229,6 +234,7 @@ class _Notes:
         "_made",
         "_main",
         "_skipped",
+        "defaults",
         "live",
         "name",
         "positional",
@@ -259,6 +265,10 @@ class _Notes:
         self._skipped = skipped
         #: Where a function the build cannot make again counts its signatures.
         self.live: LiveWatch | None = None
+        #: The static parameters' defaults: a call that leaves one out is
+        #: noted with its default, the value jit traces with and the
+        #: runtime's binding keys the variant by (``Calls.bind``).
+        self.defaults: Mapping[str, Any] = {}
 
     def __call__(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -281,6 +291,10 @@ class _Notes:
         return None
 
     def _note(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        passed = self.positional[: len(args)]
+        left = {n: v for n, v in self.defaults.items() if n not in kwargs and n not in passed}
+        if left:
+            kwargs = {**kwargs, **left}
         if self.live is not None:
             self.live.note(self.positional, args, kwargs)
         try:
