@@ -17,9 +17,10 @@ from types import ModuleType
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
-from ppy.kinds.fingerprint import BOUND, CLOSURE, DEFAULTS, fingerprint
+from ppy.kinds.fingerprint import BOUND, CLOSURE, DEFAULTS, fingerprint, resolve
 from ppy_plugin_jax.captures import Refused, captures
 
 #: The largest captured array, in bytes, these tests allow.
@@ -58,6 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import captures_helper as helper
+import captures_settings
 from captures_helper import scale
 
 W = np.arange(4, dtype=np.float32)
@@ -68,6 +70,32 @@ LOG = open(__file__)
 
 class Settings:
     FACTOR = 2.0
+    act = staticmethod(jnp.tanh)
+
+    @classmethod
+    def scaled(cls, x):
+        return x * cls.FACTOR + OFFSET
+
+
+class Net:
+    act = staticmethod(jnp.tanh)
+
+    def forward(self, x):
+        return self.act(x)
+
+
+class Scaler:
+    def __init__(self, x):
+        self.x = x
+
+    def value(self):
+        return self.x * GAIN
+
+
+OFFSET = 1.0
+GAIN = 3.0
+NAME = "SCALE"
+NET = Net()
 
 
 def direct(x):
@@ -140,6 +168,49 @@ def made(k):
 
 def weighted(w, x):
     return x * w
+
+
+def by_classmethod(x):
+    return Settings.scaled(x)
+
+
+def by_getattr(x):
+    return x * getattr(Settings, "FACTOR") + getattr(captures_settings, "SCALE")
+
+
+def by_a_callable_class_attribute(x):
+    return Settings.act(x) + NET.act(x)
+
+
+def by_a_method(x):
+    return NET.forward(x)
+
+
+def by_a_class_it_calls(x):
+    return Scaler(x).value()
+
+
+def made_in_a_function():
+    import captures_settings as settings
+
+    config = Settings
+
+    def inner(x):
+        return x * settings.SCALE * config.FACTOR
+
+    return inner
+
+
+def by_a_module_argument(module, x):
+    return x * module.SCALE
+
+
+def passing_a_module_on(x):
+    return by_a_module_argument(captures_settings, x)
+
+
+def by_a_computed_name(x):
+    return x * getattr(captures_settings, NAME)
 """
 
 
@@ -148,6 +219,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ModuleTy
     """The model module, imported from its project folder, and the folder."""
     root = tmp_path_factory.mktemp("project")
     (root / "captures_helper.py").write_text(HELPER)
+    (root / "captures_settings.py").write_text("SCALE = 2.0\n")
     (root / "captures_model.py").write_text(MODEL.replace("LIMIT", str(LIMIT)))
     sys.path.insert(0, str(root))
     try:
@@ -158,6 +230,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ModuleTy
         sys.path.remove(str(root))
         model = sys.modules.pop("captures_model", None)
         sys.modules.pop("captures_helper", None)
+        sys.modules.pop("captures_settings", None)
         if model is not None:
             model.LOG.close()
 
@@ -282,3 +355,107 @@ def test_a_global_with_no_fingerprint_refuses_the_export_by_name(
     assert refused.value.name == name
     assert why in refused.value.why
     assert str(refused.value) == f"{name}: {refused.value.why}"
+
+
+def _seen(fn: Any, root: Path, owner: Any, name: str, value: Any) -> set[str]:
+    """What a run sees changed, as the runtime looks (each capture's path
+    followed from ``fn`` and fingerprinted again), once ``owner.name`` is
+    ``value``: the names of the captures whose fingerprint differs."""
+    found = captures(fn, root=str(root), limit=LIMIT, flatten=jax.tree_util.tree_flatten)
+    kept = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        now = {
+            c.name: fingerprint(resolve(fn, c.path), flatten=jax.tree_util.tree_flatten)
+            for c in found
+        }
+    finally:
+        setattr(owner, name, kept)
+    return {c.name for c in found if now[c.name] != c.fingerprint}
+
+
+@pytest.mark.parametrize(
+    ("function", "owner", "name", "value", "named"),
+    [
+        # cls.FACTOR read inside a classmethod, and the global it reads
+        (
+            "by_classmethod",
+            "Settings",
+            "FACTOR",
+            5.0,
+            "cls.FACTOR of captures_model.Settings.scaled",
+        ),
+        ("by_classmethod", "model", "OFFSET", 5.0, "captures_model.OFFSET"),
+        # getattr with a literal name, of a class and of a project module
+        ("by_getattr", "Settings", "FACTOR", 5.0, "captures_model.Settings.FACTOR"),
+        ("by_getattr", "settings", "SCALE", 5.0, "captures_model.captures_settings.SCALE"),
+        # a class attribute that is a callable, read through the class and an instance
+        (
+            "by_a_callable_class_attribute",
+            "Net",
+            "act",
+            staticmethod(jnp.sin),
+            "captures_model.NET.act",
+        ),
+        # self.act read inside a method called through an instance
+        (
+            "by_a_method",
+            "Net",
+            "act",
+            staticmethod(jnp.sin),
+            "self.act of captures_model.NET.forward",
+        ),
+        # a global read by a method of a class the trace calls
+        ("by_a_class_it_calls", "model", "GAIN", 5.0, "captures_model.GAIN"),
+    ],
+)
+def test_what_a_trace_reads_through_a_class_is_seen_to_change(
+    project: tuple[ModuleType, Path], function: str, owner: str, name: str, value: Any, named: str
+) -> None:
+    """A value read through a class, an instance or a method is compared
+    itself, not by the class's name: a program that sets it otherwise under
+    the main guard is seen to."""
+    model, root = project
+    holders = {"model": model, "settings": sys.modules["captures_settings"]}
+    holder = holders.get(owner) or getattr(model, owner)
+    assert named in _seen(jax.jit(getattr(model, function)), root, holder, name, value)
+
+
+def test_a_module_and_a_class_held_in_a_closure_are_compared_by_what_is_read_of_them(
+    project: tuple[ModuleType, Path],
+) -> None:
+    """``import settings`` inside the function that makes the jit, and a
+    class it names: what the trace reads of each, not their names."""
+    model, root = project
+    fn = jax.jit(model.made_in_a_function())
+    settings = sys.modules["captures_settings"]
+    assert _seen(fn, root, settings, "SCALE", 5.0) == {
+        "settings.SCALE of the function around inner"
+    }
+    assert _seen(fn, root, model.Settings, "FACTOR", 5.0) == {
+        "config.FACTOR of the function around inner"
+    }
+
+
+def test_a_module_a_partial_binds_is_compared_by_what_is_read_of_it(
+    project: tuple[ModuleType, Path],
+) -> None:
+    model, root = project
+    settings = sys.modules["captures_settings"]
+    fn = jax.jit(functools.partial(model.by_a_module_argument, settings))
+    assert _seen(fn, root, settings, "SCALE", 5.0) == {
+        "module.SCALE that a partial binds to by_a_module_argument"
+    }
+
+
+@pytest.mark.parametrize("function", ["passing_a_module_on", "by_a_computed_name"])
+def test_a_project_module_held_whole_refuses_the_export(
+    project: tuple[ModuleType, Path], function: str
+) -> None:
+    """Passed on, or read by a computed name, what the trace reads of the
+    module cannot be known: refused, not compared by the module's name."""
+    model, root = project
+    with pytest.raises(Refused) as refused:
+        _read(jax.jit(getattr(model, function)), root)
+    assert refused.value.name == "captures_model.captures_settings"
+    assert "cannot tell which of its values the trace reads" in refused.value.why
