@@ -188,6 +188,34 @@ for fd in range(3, 10):
     assert decision.outcome is Outcome.STAGED, decision.reason
 
 
+#: Replaces the worker at import with a process that takes its time to exit,
+#: as a module that re-executes the interpreter does: the protocol pipe,
+#: close-on-exec, ends at once; the exit status comes seconds later.
+REEXECS = """
+import os
+import sys
+
+os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(3)"])
+"""
+
+
+def test_a_worker_that_takes_its_time_to_exit_is_waited_for(tmp_path: Path) -> None:
+    """The build waits for the exit status of a worker that closed its pipe
+    (export-timeout at most) before it kills: on a loaded machine a worker
+    misses any fixed moment, and the build then named its own SIGKILL. The
+    module that ended the worker fails with how it really ended; what the
+    worker exported before is kept."""
+    (tmp_path / "pyproject.toml").write_text(PYPROJECT.format(timeout=120))
+    (tmp_path / "a_first.ppy").write_text(FUNCTION)
+    (tmp_path / "b_reexecs.ppy").write_text(REEXECS + FUNCTION)
+    result = ppy("build", str(tmp_path))
+    assert result.returncode == 1, result.stdout + result.stderr
+    decisions = {d.module: d for d in read_artifact(tmp_path / ".ppy" / "artifact.ppyz").decisions}
+    assert decisions["a_first"].outcome is Outcome.STAGED, decisions["a_first"].reason
+    reason = decisions["b_reexecs"].reason
+    assert reason.startswith("the export worker exited with code 0 while importing"), reason
+
+
 #: Names a credential goes by, under prefixes the worker otherwise keeps.
 SECRETS = ("JAX_TOKEN", "XLA_SECRET_KEY", "CUDA_api_key", "TPU_PASSWORD", "LC_CREDENTIALS")
 

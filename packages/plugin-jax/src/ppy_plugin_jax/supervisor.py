@@ -334,16 +334,19 @@ class _Worker:
         message: dict[str, Any] = json.loads(line)
         return message
 
-    def stop(self, *, ended: bool) -> int:
-        """Kill the whole process group (the user's code may have started children).
+    def stop(self, *, ended: bool, bound: float) -> int:
+        """Kill the whole process group (the user's code may have started
+        children), and return the worker's exit status.
 
-        ``ended``: it closed its pipe, so give it a moment to finish exiting and
-        report its own exit code rather than the kill.
+        ``ended``: it closed its pipe, so it is exiting: its own exit status,
+        waited for up to ``bound`` seconds (the export timeout), says how it
+        ended. A fixed moment is missed on a loaded machine, or by a worker
+        that exits slowly (the user's atexit hooks, a re-executed
+        interpreter), and the build would then name its own kill, SIGKILL.
         """
         if ended and self.process.poll() is None:
-            # It closed its pipe: let it finish exiting.
             with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(timeout=1.0)
+                self.process.wait(timeout=bound)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
         code = self.process.wait()
@@ -434,7 +437,7 @@ def export_in_worker(request: StageRequest) -> list[Entry | StageFailure]:
                     else:
                         _begin_next(request, current, results)
             finally:
-                code = worker.stop(ended=ended is not None and not ended.timed_out)
+                code = worker.stop(ended=ended is not None and not ended.timed_out, bound=timeout)
             if not pending:
                 break
             # The worker died or hung in ``current``, or before it reached a module.
