@@ -116,7 +116,10 @@ class Guard:
                 refused = _weak(arg, spec, name, self.array_types)
                 if refused is not None:
                     return refused
-                signature.append(((), type(arg) if type(arg) in _WEAK else arg.dtype))
+                # Keyed apart from a strongly typed 0-d leaf of the same dtype:
+                # jit traces the two apart, and their executables differ in
+                # the outputs' weak types (``export._weakly``).
+                signature.append(((), type(arg) if type(arg) in _WEAK else ("weak", arg.dtype)))
                 continue
             if type(arg) not in self.array_types:
                 return _not_an_array(arg, name)
