@@ -144,6 +144,37 @@ def test_a_warm_run_prints_and_ends_as_python(tmp_path: Path, name: str) -> None
         assert served.stderr == plain.stderr
 
 
+def test_an_error_a_module_raises_as_it_is_imported_shows_python_s_frames(
+    tmp_path: Path,
+) -> None:
+    """The module is imported before numpy and jax, while the warm child
+    still watches the program's imports (``ppy.warm.watch``): the traceback,
+    printed by the program or left uncaught, through ``import`` and
+    ``importlib.import_module``, shows python's frames and none of ppy's."""
+    root = _project(
+        tmp_path,
+        """
+        import importlib, traceback
+        try:
+            import plain
+        except ValueError:
+            print(traceback.format_exc())
+        try:
+            importlib.import_module("plain")
+        except ValueError:
+            print(traceback.format_exc())
+        import plain
+        """,
+    )
+    (root / "plain.py").write_text("X = 1\nraise ValueError('plain failed as it was imported')\n")
+    with servers(root, tmp_path / "cache") as warm:
+        plain = warm.python()
+        served = warm.warm()
+    assert 'plain.py", line 2' in plain.stderr and plain.returncode == 1
+    assert (served.stdout, served.returncode) == (plain.stdout, plain.returncode), served.stderr
+    assert served.stderr == plain.stderr
+
+
 def test_two_warm_runs_draw_fresh_randomness(tmp_path: Path) -> None:
     root = _project(
         tmp_path,

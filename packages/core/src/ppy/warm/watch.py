@@ -31,7 +31,9 @@ What the program wrote is the kernel's count of the bytes this process
 wrote (``/proc/self/io``) since the program's code started, less what
 Python wrote as bytecode caches and ppy as its own log lines in that time:
 no Python frame is put in the way of the program's writes, where a
-traceback would show it.
+traceback would show it. The import functions' own frame is taken off the
+traceback of an error raised while a module is imported (``_unseen``), as
+python takes off its import machinery's.
 """
 
 from __future__ import annotations
@@ -244,14 +246,22 @@ class Watch:
             if top in self._libraries:
                 importer = globals if isinstance(globals, Mapping) else None
                 self._reached(top, importer, sys._getframe(1))
-        return self._import(name, globals, locals, fromlist, level)
+        try:
+            return self._import(name, globals, locals, fromlist, level)
+        except BaseException as error:  # the module's own error, passed on as python's
+            _unseen(error)
+            raise
 
     def _watched_import_module(self, name: str, package: str | None = None) -> Any:
         if self._pending and not name.startswith("."):
             top = name.partition(".")[0]
             if top in self._libraries:
                 self._reached(top, None, sys._getframe(1))
-        return self._import_module(name, package)
+        try:
+            return self._import_module(name, package)
+        except BaseException as error:  # the module's own error, passed on as python's
+            _unseen(error)
+            raise
 
     def _reached(self, top: str, importer: Mapping[str, Any] | None, frame: FrameType) -> None:
         """The program imports ``top``: check the groups its import would bring."""
@@ -302,6 +312,20 @@ class Watch:
             self._verdict[: len(data)] = data
             os._exit(0)
         refuse(reason, names)
+
+
+def _unseen(error: BaseException) -> None:
+    """Take the frame of the watch's import function that ``error`` passed
+    through off its traceback.
+
+    python shows no frame of its import machinery in the traceback of an
+    error a module raises as it is imported; the watch's function stands in
+    python's ``__import__``'s place, so its frame goes too (docs/limitations.md).
+    The bare ``raise`` that follows passes the error on without adding it back.
+    """
+    traceback = error.__traceback__
+    if traceback is not None and traceback.tb_frame is sys._getframe(1):
+        error.__traceback__ = traceback.tb_next
 
 
 def refuse(reason: str, names: Sequence[str]) -> None:
