@@ -417,11 +417,107 @@ if __name__ == "__main__":
 """
 
 
-def _recorded(tmp_path: Path, source: str, **env: str) -> tuple[Path, Path]:
-    """A project of ``source`` recorded once: its root and its executable cache."""
+#: Values the trace reads other than as a global of its own, each changed
+#: under ``main()`` by the run given ``changed``: a class's attribute read by
+#: its classmethod (``cls.scale``), read by ``getattr`` with a literal name,
+#: a class attribute that is a callable read by a method (``self.act``), a
+#: project module imported in ``main()`` and a class ``main()`` names, both
+#: held in the jit's closure, and the module bound by a partial.
+PATHS = """
+import sys
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+
+
+class Config:
+    scale = 2.0
+
+    @classmethod
+    def scaled(cls, x):
+        return x * cls.scale
+
+
+class Limits:
+    low = -1.0
+
+
+class Net:
+    act = staticmethod(jnp.tanh)
+
+    def forward(self, x):
+        return self.act(x) * 2
+
+
+class Options:
+    gain = 0.5
+
+
+net = Net()
+
+
+@jax.jit
+def by_classmethod(x):
+    return Config.scaled(x)
+
+
+@jax.jit
+def by_getattr(x):
+    return jnp.maximum(x, getattr(Limits, "low"))
+
+
+@jax.jit
+def by_method(x):
+    return net.forward(x)
+
+
+def shifted(module, x):
+    return x + module.shift
+
+
+def main():
+    import settings
+
+    if sys.argv[1:] == ["changed"]:
+        Config.scale = 3.0
+        Limits.low = 1.5
+        Net.act = staticmethod(jnp.sin)
+        settings.scale = 5.0
+        Options.gain = 4.0
+        settings.shift = 7.0
+    options = Options
+
+    @jax.jit
+    def by_closed_module(x):
+        return x * settings.scale
+
+    @jax.jit
+    def by_closed_class(x):
+        return x * options.gain
+
+    by_bound_module = jax.jit(partial(shifted, settings))
+    x = jnp.arange(3.0)
+    for _ in range(3):
+        print(by_classmethod(x), by_getattr(x), by_method(x))
+        print(by_closed_module(x), by_closed_class(x), by_bound_module(x))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def _recorded(
+    tmp_path: Path, source: str, files: dict[str, str] | None = None, **env: str
+) -> tuple[Path, Path]:
+    """A project of ``source`` (and ``files`` beside it) recorded once: its
+    root and its executable cache."""
     root = tmp_path / "project"
     root.mkdir()
     (root / "model.ppy").write_text(textwrap.dedent(source).lstrip())
+    for name, text in (files or {}).items():
+        (root / name).write_text(text)
     (root / "pyproject.toml").write_text(PERMISSIONS)
     cache = tmp_path / "cache"
     recorded = _ppy(root, cache, "--log-format", "json", "-v", "record", "model.ppy", **env)
@@ -853,3 +949,30 @@ def test_a_protobuf_message_the_trace_reads_is_compared_by_its_content(tmp_path:
     made again with the same content, is served; another content falls back."""
     root, cache, _ = _built(tmp_path, PROTOBUF)
     _staged_until_changed(root, cache, "compiled_predict", "2.0", "config")
+
+
+def test_what_a_trace_reads_through_classes_closures_and_partials_is_compared(
+    tmp_path: Path,
+) -> None:
+    """Each value of ``PATHS`` changed between the recording and the run:
+    python's output under ``ppy run``, cold and warm, each jit taking its own
+    path and naming the value it read; as recorded, every call is staged."""
+    settings = {"settings.py": "scale = 2.0\nshift = 1.0\n"}
+    root, cache = _recorded(tmp_path, PATHS, settings)
+    built = _ppy(root, cache, "build")
+    assert built.returncode == 0, built.stdout + built.stderr
+    read = {
+        "by_classmethod": "cls.scale of model.Config.scaled",
+        "by_getattr": "model.Limits.low",
+        "by_method": "self.act of model.net.forward",
+        "main.<locals>.by_closed_module": "settings.scale of the function around by_closed_module",
+        "main.<locals>.by_closed_class": "options.gain of the function around by_closed_class",
+        "main.<locals>.by_bound_module": "module.shift that a partial binds to shifted",
+    }
+    same = differential(root, cache=cache, build=False)
+    assert {name: same.staged_calls(name) for name in read} == dict.fromkeys(read, 3)
+    changed = differential(root, "changed", cache=cache, build=False)
+    assert {name: changed.staged_calls(name) for name in read} == dict.fromkeys(read, 0)
+    reasons = {str(e["function"]): str(e["reason"]) for e in changed.fallbacks()}
+    for name, value in read.items():
+        assert f"{value} is not the value the build traced with" in reasons[name], reasons
