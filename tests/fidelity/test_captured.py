@@ -369,3 +369,83 @@ if __name__ == "__main__":
     assert compared.staged_calls("shift") == 3
     (fallback,) = compared.fallbacks()
     assert fallback["category"] == "captured" and "model.ARR" in str(fallback["reason"])
+
+
+def test_classes_instances_and_weak_scalars_set_under_the_main_guard(tmp_path: Path) -> None:
+    """What the build cannot see, as a user writes it: a class's data read
+    through a classmethod (``cls.scale``), a class's callable
+    (``act = staticmethod(jnp.tanh)``) replaced, an attribute set on a
+    dataclass instance after it was made, and a scalar weakly typed at build
+    and strongly typed in the run (``x_bf16 * s`` then computes in float32).
+    Unchanged, each is served staged; changed, python and ppy print the
+    same, each function falling back and naming what it read."""
+    root = project(
+        tmp_path / "p",
+        {
+            "model.ppy": HEAD
+            + """
+import dataclasses
+import sys
+
+class Config:
+    scale = 1.0
+
+    @classmethod
+    def factor(cls):
+        return cls.scale
+
+class Layer:
+    act = staticmethod(jnp.tanh)
+
+LAYER = Layer()
+
+@dataclasses.dataclass
+class Options:
+    k: float = 1.0
+    boost = 1.0
+
+    def factor(self):
+        return self.k * self.boost
+
+OPTIONS = Options()
+S = jnp.asarray(2.0)
+
+@jax.jit
+def by_class(x: Batch) -> jax.Array:
+    return x.sum(axis=-1) * Config.factor()
+
+@jax.jit
+def by_callable(x: Batch) -> jax.Array:
+    return LAYER.act(x).sum(axis=-1)
+
+@jax.jit
+def by_instance(x: Batch) -> jax.Array:
+    return x.sum(axis=-1) * OPTIONS.factor()
+
+@jax.jit
+def by_weak(x: Batch) -> jax.Array:
+    return x.astype(jnp.bfloat16).sum(axis=-1) * S
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["set"]:
+        Config.scale = 3.0
+        Layer.act = staticmethod(jnp.sin)
+        OPTIONS.boost = 5.0
+        S = jnp.float32(2.0)
+    x = jnp.linspace(-1.0, 1.0, 8, dtype=jnp.float32).reshape(2, 4)
+    print(by_class(x), by_callable(x), by_instance(x))
+    print(by_weak(x).dtype, by_weak(x))
+"""
+        },
+    )
+    _build(root, tmp_path / "c")
+    functions = ("by_class", "by_callable", "by_instance", "by_weak")
+    same = differential(root, cache=tmp_path / "c", build=False)
+    assert [same.staged_calls(name) for name in functions] == [1, 1, 1, 2]
+    assert not same.fallbacks()
+    changed = differential(root, "set", cache=tmp_path / "c", build=False)
+    assert "float32" in changed.python.stdout
+    reasons = {str(f["function"]): str(f["reason"]) for f in changed.fallbacks()}
+    assert set(reasons) == set(functions), reasons
+    for name, read in zip(functions, ("Config", "LAYER", "OPTIONS", "model.S"), strict=True):
+        assert read in reasons[name], reasons[name]

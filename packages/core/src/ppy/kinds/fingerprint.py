@@ -8,21 +8,75 @@ records a fingerprint of each value the function's trace could read; the
 runtime takes the staged path only while each value has the same
 fingerprint.
 
-A fingerprint is a sha256 over a canonical text of the value: its type and
+A fingerprint is a sha256 over a canonical text of the value: its kind and
 its content, all of it. Two values with the same fingerprint compute the
-same trace; where a value's content cannot be read (an open file, a lock, an
-object of a class with no declared structure) there is no fingerprint, and
-the function is not staged. Arrays are hashed byte for byte, up to a limit
-above which they do not belong in an artifact (they are weights: pass them
-as parameters).
+same trace. It is an allow-list: ``KINDS`` names each kind of value ppy
+compares and what it compares of it, and ``_Writer.write`` follows that
+table and nothing else. A value of no kind on it (an open file, a lock, a
+generator, a subclass of ``list``, an object whose attribute reads run code
+of its own) raises ``Unreadable`` with the reason, and the function it was
+read by takes jit's path (rule ``captures-runtime-value``). The kinds, in
+the order they are tried:
 
-A protobuf message (an onnx ``ModelProto``) is fingerprinted by its
-deterministic serialization, under the same limit.
+========================  =====================================================
+kind                      what is compared
+========================  =====================================================
+plain value               None, bool, int, float, complex, str, bytes: its
+                          type and ``repr`` (-0.0 is not 0.0; ``1`` not ``True``)
+enum member               its class's name and the member's name
+array                     dtype by *name* (int4 is not uint4, though numpy
+                          writes both ``<V1``), weak type, shape, every byte,
+                          and placement: a jax array's sharding kind, device
+                          ids, layout spec and memory kind (not the platform:
+                          an artifact built on CPU serves on the TPU). A typed
+                          PRNG key: its impl and key data. Over ``limit``
+                          bytes: unreadable (weights are parameters)
+protobuf message          its class and deterministic serialization
+module                    its name: what a trace reads from a module is
+                          compared as a value of its own
+class                     see *classes* below
+partial                   its function, arguments and keywords
+function                  qualified name, line, bytecode with names and
+                          constants, defaults, keyword defaults, closure, and
+                          what it wraps (``__wrapped__``)
+list, tuple, namedtuple   its type and items; a namedtuple's class as below
+dict                      its items in order
+set, frozenset            its items' fingerprints, sorted
+dtype                     its name and numpy's code for it
+jitted or wrapped         the Python function inside (``python_function``)
+built-in or method        its name and what it is bound to; a method's
+                          function too
+mapping                   its items in key order (``os.environ``)
+dataclass instance        its fields, every other attribute it holds, its class
+jax tree structure        each node's class, metadata and children
+absl flag(s)              the parsed values
+bare ``object()``         the module global that holds it
+pytree                    what jax's ``tree_flatten`` gives (flax, equinox,
+                          optax states) and its class
+instance                  every attribute it holds (``__dict__`` and slots)
+                          and its class; only of a class written in Python
+                          whose attribute reads are plain (no
+                          ``__getattr__``, ``__getattribute__`` or property)
+========================  =====================================================
 
-Functions and classes are fingerprinted by their qualified name, with a
-function's line and bytecode, defaults and closure, which is where a library such as optax
-keeps its hyperparameters. A function of the project itself is not
-fingerprinted here: the worker follows it, and records what it reads in turn.
+*Classes.* A class of the program (one not installed as a library: its
+module is ``__main__`` or a file outside site-packages and the standard
+library) is compared by its own and inherited attributes, every class of
+its MRO but ``object``: data as values, a function by its code, defaults and
+closure, a ``staticmethod`` or ``classmethod`` by the function it holds, a
+property by its getter, setter and deleter. Never by its name alone. What
+Python makes itself for each class (``__dict__``, ``__module__``,
+``__doc__``, a dataclass's field table, ...) is left out, and each class is
+followed once per fingerprint, so a class that holds itself, or a method
+whose closure holds ``__class__`` (``super()``), ends. A class of an
+installed library (``jnp.float32``, flax's ``Module``, ``tuple``) is
+compared by its name and its data attributes: its code is the installed
+version's, which the artifact is built against; its methods are not
+compared, so a program that replaces a library class's method under the
+main guard is not seen (docs/limitations.md).
+
+A function of the project itself is not fingerprinted here only: the
+worker follows it, and records what it reads in turn.
 
 This module needs no jax. Pytrees (flax's FrozenDict, equinox Modules) are
 read through ``flatten``, jax's ``tree_util.tree_flatten``, which the caller
@@ -35,11 +89,13 @@ import dataclasses
 import enum
 import functools
 import hashlib
+import importlib.machinery
 import os
 import sys
+import sysconfig
 import types
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from ppy.kinds.keys import is_key
 
@@ -48,6 +104,8 @@ __all__ = [
     "CLOSURE",
     "DEFAULTS",
     "DEFAULT_LIMIT",
+    "KINDS",
+    "Kind",
     "Unreadable",
     "absl_flags",
     "defaults",
@@ -66,6 +124,40 @@ _DEPTH = 32
 _PLAIN = (type(None), bool, int, float, complex, str, bytes)
 #: The most attributes an object compared by its ``__dict__`` may have.
 _RECORD_FIELDS = 64
+#: What Python (and ``abc``, ``typing``, ``dataclasses``) writes into a
+#: class's namespace itself: bookkeeping, not what the class computes with.
+#: Fields and slots are compared on the instance.
+_MADE = frozenset(
+    {
+        "__dict__",
+        "__weakref__",
+        "__module__",
+        "__doc__",
+        "__qualname__",
+        "__firstlineno__",
+        "__static_attributes__",
+        "__annotations__",
+        "__annotate__",
+        "__annotate_func__",
+        "__annotations_cache__",
+        "__orig_bases__",
+        "__parameters__",
+        "__type_params__",
+        "__slots__",
+        "__dataclass_fields__",
+        "__dataclass_params__",
+        "__match_args__",
+        "__abstractmethods__",
+        "_abc_impl",
+        "__protocol_attrs__",
+        "__non_callable_proto_members__",
+        "__callable_proto_members_only__",
+        "_is_protocol",
+        "_is_runtime_protocol",
+        "__orig_class__",
+        "__hash__",
+    }
+)
 
 #: The path step that stands for a function's ``defaults()``.
 DEFAULTS = "<defaults>"
@@ -105,12 +197,39 @@ def _name(thing: Any) -> str:
     return f"{module}.{getattr(thing, '__qualname__', getattr(thing, '__name__', '?'))}"
 
 
+class Kind(NamedTuple):
+    """One row of the allow-list: a kind of value and what is compared of it."""
+
+    #: The kind, as docs/reliability.md names it.
+    name: str
+    #: Whether a value is of this kind: ``(writer, value)``.
+    test: Callable[[_Writer, Any], bool]
+    #: Writes what is compared: ``(writer, value, depth)``.
+    write: Callable[[_Writer, Any, int], None]
+    #: Whether the value's type alone decides the kind (remembered per type).
+    by_type: bool = False
+
+
+#: Exact type -> its kind, for the kinds ``by_type``: the record run
+#: fingerprints many values, mostly of a few types.
+_KNOWN: dict[type, Kind] = {}
+
+
 class _Writer:
-    def __init__(self, digest: Any, limit: int, flatten: Flatten | None, main: str | None) -> None:
+    def __init__(
+        self,
+        digest: Any,
+        limit: int,
+        flatten: Flatten | None,
+        main: str | None,
+        classes: set[type] | None = None,
+    ) -> None:
         self.digest = digest
         self.limit = limit
         self.flatten = flatten
         self.main = main
+        #: The classes written so far: each is followed once.
+        self.classes: set[type] = set() if classes is None else classes
 
     def name(self, thing: Any) -> str:
         return self.qualified(_name(thing))
@@ -128,77 +247,202 @@ class _Writer:
             self.digest.update(data)
 
     def write(self, value: Any, depth: int) -> None:
+        """Write ``value`` as the first row of ``KINDS`` it is of says."""
         if depth > _DEPTH:
             raise Unreadable("it nests too deep to compare")
+        kind = _KNOWN.get(type(value))
+        if kind is None:
+            kind = next((k for k in KINDS if k.test(self, value)), None)
+            if kind is None:
+                raise Unreadable(
+                    f"ppy cannot compare values of type {self.name(type(value))}: it is "
+                    "none of the kinds of value ppy compares (docs/reliability.md lists them)"
+                )
+            if kind in _BY_TYPE:
+                _KNOWN[type(value)] = kind
+        kind.write(self, value, depth)
+
+    def plain(self, value: Any, depth: int) -> None:
+        self.text(type(value).__name__, repr(value))
+
+    def member(self, value: enum.Enum, depth: int) -> None:
+        self.text("enum", self.name(type(value)), value.name)
+
+    def module(self, value: types.ModuleType, depth: int) -> None:
+        self.text("module", value.__name__)
+
+    def partial(self, value: functools.partial[Any], depth: int) -> None:
+        self.text("partial")
+        for part in (value.func, value.args, value.keywords):
+            self.write(part, depth + 1)
+
+    def wraps(self, value: Any, depth: int) -> None:
+        """``jax.jit(f)``, or any ``functools.wraps`` wrapper: what it wraps.
+        One ``ppy run`` bound in its place stands for the original (a
+        class's jitted static method is one after binding)."""
+        from ppy.runtime import ORIGINAL
+
+        self.text("wraps", self.name(type(getattr(value, ORIGINAL, value))))
+        self.function(python_function(value), depth)  # type: ignore[arg-type]
+
+    def bound(self, value: Any, depth: int) -> None:
+        """A built-in function or a bound method: its name and what it is bound
+        to, and a method's function (a classmethod's ``__self__`` is its class)."""
+        self.text("callable", self.name(value))
+        self.write(getattr(value, "__self__", None), depth + 1)
+        if isinstance(value, types.MethodType):
+            self.write(value.__func__, depth + 1)
+
+    def dtype(self, value: Any, depth: int) -> None:
+        self.text("dtype", value.name, value.str)
+
+    def sequence(self, value: Any, depth: int) -> None:
         kind = type(value)
-        if isinstance(value, _PLAIN):
-            self.text(kind.__name__, repr(value))
-        elif isinstance(value, enum.Enum):
-            self.text("enum", self.name(kind), value.name)
-        elif _is_array(value):
-            self.array(value)
-        elif _is_protobuf(value):  # an onnx ModelProto: its bytes, as protobuf writes them
-            self.message(value)
-        elif isinstance(value, types.ModuleType):
-            self.text("module", value.__name__)
-        elif isinstance(value, type):
-            self.text("class", self.name(value))
-        elif isinstance(value, functools.partial):
-            self.text("partial")
-            for part in (value.func, value.args, value.keywords):
-                self.write(part, depth + 1)
-        elif isinstance(value, types.FunctionType):
-            self.function(value, depth)
-        elif callable(value) and python_function(value) is not None:  # jax.jit(f), wraps
-            self.text("wraps", self.name(kind))
-            self.function(python_function(value), depth)  # type: ignore[arg-type]
-        elif isinstance(value, types.BuiltinFunctionType | types.MethodType):
-            self.text("callable", self.name(value))
-            self.write(getattr(value, "__self__", None), depth + 1)
-        elif _is_dtype(value):
-            self.text("dtype", str(value))
-        elif (isinstance(value, tuple | list) and kind in (tuple, list)) or _is_namedtuple(value):
-            self.text(self.name(kind), str(len(value)))
-            for item in value:
+        self.text(self.name(kind), str(len(value)))
+        for item in value:
+            self.write(item, depth + 1)
+        if kind not in (tuple, list):  # a namedtuple: what it reads from its class
+            self.klass(kind, depth + 1)
+
+    def dictionary(self, value: dict[Any, Any], depth: int) -> None:
+        self.mapping(value, depth)
+
+    def other_mapping(self, value: Mapping[Any, Any], depth: int) -> None:
+        """``os.environ``: its items, in key order."""
+        self.text("mapping", self.name(type(value)))
+        self.mapping(dict(sorted(value.items())), depth)
+
+    def collection(self, value: set[Any] | frozenset[Any], depth: int) -> None:
+        """Items in no order: each fingerprinted alone (with the classes
+        written so far), and the prints sorted."""
+        items = []
+        for item in value:
+            digest = hashlib.sha256()
+            writer = _Writer(digest, self.limit, self.flatten, self.main, set(self.classes))
+            writer.write(item, depth + 1)
+            items.append(digest.hexdigest())
+        self.text(type(value).__name__, *sorted(items))
+
+    def dataclass(self, value: Any, depth: int) -> None:
+        kind = type(value)
+        self.text("dataclass", self.name(kind))
+        names = []
+        for field in dataclasses.fields(value):
+            names.append(field.name)
+            self.text(field.name)
+            self.write(getattr(value, field.name), depth + 1)
+        self.attributes(value, frozenset(names), depth)
+
+    def absl_flag(self, value: Any, depth: int) -> None:
+        self.text("flag", str(value.name))
+        self.write(_flag_value(value), depth + 1)
+
+    def absl_flags(self, value: Any, depth: int) -> None:
+        self.text("flags")
+        self.mapping(dict(sorted(_flag_value(value).items())), depth)
+
+    def sentinel(self, value: object, depth: int) -> None:
+        """A bare ``object()`` (jax's ``no_axis_name``): which one it is."""
+        self.text("sentinel", self.qualified(_sentinel_name(value)))
+
+    def instance(self, value: Any, depth: int) -> None:
+        """A sentinel (equinox's MISSING), settings (jaxtyping's config), a
+        program's object: every attribute it holds, and its class."""
+        self.text("instance", self.name(type(value)))
+        self.attributes(value, frozenset(), depth)
+
+    def attributes(self, value: Any, skip: frozenset[str], depth: int) -> None:
+        """What ``value`` holds besides ``skip`` (its ``__dict__``, then its
+        slots), then its class: everything a read of its attributes gives."""
+        kind = type(value)
+        state = getattr(value, "__dict__", None)
+        if isinstance(state, dict):
+            for name in sorted(state):
+                if name not in skip:
+                    self.text(name)
+                    self.write(state[name], depth + 1)
+        for name in _slots(kind):
+            if name not in skip:
+                self.text("slot", name)
+                try:
+                    item = object.__getattribute__(value, name)
+                except AttributeError:  # a slot never set
+                    self.text("<unset>")
+                    continue
                 self.write(item, depth + 1)
-        elif isinstance(value, dict) and kind is dict:
-            self.mapping(value, depth)
-        elif isinstance(value, Mapping):  # os.environ: its items, in key order
-            self.text("mapping", self.name(kind))
-            self.mapping(dict(sorted(value.items())), depth)
-        elif isinstance(value, frozenset | set) and kind in (frozenset, set):
-            items = sorted(
-                fingerprint(v, limit=self.limit, flatten=self.flatten, main=self.main)
-                for v in value
-            )
-            self.text(kind.__name__, *items)
-        elif dataclasses.is_dataclass(value):
-            self.text("dataclass", self.name(kind))
-            for field in dataclasses.fields(value):
-                self.text(field.name)
-                self.write(getattr(value, field.name), depth + 1)
-        elif _is_treedef(value):  # jax's PyTreeDef: flax.nnx's GraphDef is one
-            self.treedef(value, depth)
-        elif _absl(value, "FlagHolder"):  # absl.flags: one flag, as the program parsed it
-            self.text("flag", str(value.name))
-            self.write(_flag_value(value), depth + 1)
-        elif _absl(value, "FlagValues"):  # absl's FLAGS: every flag's value
-            self.text("flags")
-            self.mapping(dict(sorted(_flag_value(value).items())), depth)
-        elif kind is object:  # a bare sentinel (jax's no_axis_name): which one it is
-            self.text("sentinel", self.qualified(_sentinel_name(value)))
-        elif _record(value):  # a sentinel (equinox's MISSING), settings (jaxtyping's config)
-            self.text("instance", self.name(kind))
-            for name, item in sorted(vars(value).items()):
-                self.text(name, kind.__name__)
-                self.write(item, depth + 1)
-            for base in kind.__mro__[:-1]:  # what it reads from its class
-                for name, item in vars(base).items():
-                    if not name.startswith("__") and not _behaviour(item):
-                        self.text(name)
-                        self.write(item, depth + 1)
+        self.klass(kind, depth + 1)
+
+    def klass(self, value: type, depth: int) -> None:
+        """A class: the program's by every attribute of its MRO, a library's by
+        its data (the module docstring says why); each class once."""
+        if depth > _DEPTH:
+            raise Unreadable("it nests too deep to compare")
+        self.text("class", self.name(value))
+        if value in self.classes:
+            return
+        self.classes.add(value)
+        meta = type(value)
+        if meta is not type:
+            self.text("metaclass", self.name(meta))
+            if not _installed(meta):
+                self.klass(meta, depth + 1)
+        for base in value.__mro__:
+            if not base.__flags__ & _HEAPTYPE:
+                # A type compiled into Python or an extension (``object``,
+                # ``tuple``, ``np.float32``): nothing can set its attributes.
+                self.text("base", self.name(base))
+                continue
+            self.text("base", self.name(base))
+            space = vars(base)
+            if _installed(base):
+                self.library_data(space, depth + 1)
+                continue
+            for name in sorted(space):
+                if name not in _MADE:
+                    self.text(name)
+                    self.attribute(space[name], depth + 1)
+
+    def library_data(self, space: Mapping[str, Any], depth: int) -> None:
+        """A library class's data attributes; one ppy cannot compare (a cache,
+        a private sentinel) is named and left out, as the library's code is:
+        a faithful function is not turned away for a library's internals."""
+        for name in sorted(space):
+            item = space[name]
+            if name in _MADE or _code_of_a_library(name, item):
+                continue
+            self.text(name)
+            digest = hashlib.sha256()
+            writer = _Writer(digest, self.limit, self.flatten, self.main, self.classes)
+            try:
+                writer.write(item, depth)
+            except Unreadable:
+                self.text("<not compared>")
+                continue
+            self.text(digest.hexdigest())
+
+    def attribute(self, item: Any, depth: int) -> None:
+        """What a class holds under a name: its data, and its code as the
+        attribute's read gives it."""
+        if isinstance(item, staticmethod | classmethod):
+            self.text(type(item).__name__)
+            self.write(item.__func__, depth)
+        elif isinstance(item, property):
+            self.text("property")
+            for part in (item.fget, item.fset, item.fdel):
+                self.write(part, depth)
+        elif isinstance(item, functools.cached_property):
+            self.text("cached_property")
+            self.write(item.func, depth)
+        elif isinstance(item, types.MemberDescriptorType | types.GetSetDescriptorType):
+            self.text("descriptor")  # a slot: its value is the instance's
+        elif isinstance(item, _C_METHODS):  # ``object.__init__``: code compiled in
+            self.text("compiled", self.name(item))
+        elif type(item).__name__ == "_tuplegetter":  # a namedtuple's field
+            self.text("field", repr(item.__reduce__()[1]))
+        elif isinstance(item, type):
+            self.klass(item, depth)
         else:
-            self.tree(value, depth)
+            self.write(item, depth)
 
     def mapping(self, value: Mapping[Any, Any], depth: int) -> None:
         self.text("dict", str(len(value)))
@@ -239,7 +483,7 @@ class _Writer:
         for child in children:
             self.treedef(child, depth + 1)
 
-    def array(self, value: Any) -> None:
+    def array(self, value: Any, depth: int) -> None:
         import numpy as np
 
         if is_key(value.dtype):  # a typed PRNG key: its impl, and the bits it holds
@@ -251,13 +495,18 @@ class _Writer:
                 f"it is an array of {size} bytes, over the {self.limit}-byte limit on "
                 "captured arrays"
             )
+        # A weakly typed jax scalar takes the other operand's dtype in a
+        # trace (``x_bf16 * s`` stays bfloat16); a strong one promotes it.
+        weak = "weak" if getattr(value, "weak_type", False) is True else "strong"
+        placement = _placement(value)
         host = np.asarray(value)
         if host.dtype.hasobject:
             raise Unreadable("it is an array of Python objects")
-        self.text("array", host.dtype.str, repr(host.shape))
+        # By name: numpy writes int4 and uint4 (and most float8s) as ``<V1``.
+        self.text("array", host.dtype.name, host.dtype.str, repr(host.shape), weak, placement)
         self.digest.update(np.ascontiguousarray(host).tobytes())
 
-    def message(self, value: Any) -> None:
+    def message(self, value: Any, depth: int) -> None:
         """A protobuf message by its class and its deterministic serialization,
         which holds all of its content, under the limit arrays have."""
         data = value.SerializeToString(deterministic=True)
@@ -270,15 +519,90 @@ class _Writer:
         self.digest.update(data)
 
     def tree(self, value: Any, depth: int) -> None:
-        """A pytree jax knows how to flatten (its structure and leaves), else unreadable."""
-        if self.flatten is not None:
-            leaves, structure = self.flatten(value)
-            if not (len(leaves) == 1 and leaves[0] is value):
-                self.text("tree", str(structure))
-                for leaf in leaves:
-                    self.write(leaf, depth + 1)
-                return
-        raise Unreadable(f"ppy cannot compare values of type {self.name(type(value))}")
+        """A pytree jax flattens into more than itself: its structure, its
+        leaves and its class."""
+        leaves, structure = self.flatten(value)  # type: ignore[misc]  # _pytree said it is set
+        self.text("tree", str(structure))
+        for leaf in leaves:
+            self.write(leaf, depth + 1)
+        self.klass(type(value), depth + 1)
+
+
+def _placement(value: Any) -> str:
+    """Where a jax array lives, as text: its sharding's kind, device ids,
+    layout spec and memory kind. Not the devices' platform: an artifact
+    built on CPU serves on the TPU, where the build's array is put on the
+    TPU as the run's is. A NumPy array has none."""
+    sharding = getattr(value, "sharding", None)
+    if sharding is None:
+        return "host"
+    devices = sorted(int(getattr(d, "id", -1)) for d in sharding.device_set)
+    spec = getattr(sharding, "spec", None)
+    return (
+        f"{type(sharding).__name__} {devices} {'' if spec is None else spec} "
+        f"{getattr(sharding, 'memory_kind', None)}"
+    )
+
+
+#: Where installed libraries and Python's own modules live.
+_LIBRARIES = tuple(
+    os.path.join(os.path.realpath(path), "")
+    for path in {
+        sysconfig.get_paths()[key] for key in ("purelib", "platlib", "stdlib", "platstdlib")
+    }
+)
+
+
+@functools.cache
+def _installed_module(name: str) -> bool:
+    """Whether the module ``name`` is an installed library's or Python's own:
+    built in, frozen, or a file under site-packages or the standard library.
+    A module that is not loaded, or has no file, is an extension's name for
+    its own types (nanobind's metaclass says ``nanobind``; ``jaxlib._jax.config``
+    is a submodule of a compiled one); the program's classes are of modules
+    it loaded from its files (``__main__`` too)."""
+    if name in sys.builtin_module_names:
+        return True
+    if name == "__main__":
+        return False
+    module = sys.modules.get(name)
+    if module is None:
+        return True
+    spec = getattr(module, "__spec__", None)
+    if spec is not None and spec.origin in ("built-in", "frozen"):
+        return True
+    path = getattr(module, "__file__", None)
+    return not isinstance(path, str) or os.path.realpath(path).startswith(_LIBRARIES)
+
+
+def _installed(kind: type) -> bool:
+    """Whether ``kind`` is a class of an installed library (or Python's)."""
+    return _installed_module(str(getattr(kind, "__module__", None) or ""))
+
+
+def _code_of_a_library(name: str, item: Any) -> bool:
+    """What a library class holds that is not data: its code (the installed
+    version's), descriptors, nested classes, and dunder entries."""
+    return (
+        name.startswith("__")
+        or callable(item)
+        or isinstance(item, staticmethod | classmethod | property | functools.cached_property)
+        or hasattr(type(item), "__get__")
+    )
+
+
+def _slots(kind: type) -> list[str]:
+    """The slot names of ``kind``'s MRO, in MRO order."""
+    found: list[str] = []
+    for base in kind.__mro__:
+        declared = vars(base).get("__slots__", ())
+        for declared_name in (declared,) if isinstance(declared, str) else declared:
+            name = str(declared_name)
+            if name.startswith("__") and not name.endswith("__"):  # private: mangled
+                name = f"_{base.__name__.lstrip('_')}{name}"
+            if name not in ("__dict__", "__weakref__") and name not in found:
+                found.append(name)
+    return found
 
 
 def _is_protobuf(value: Any) -> bool:
@@ -359,46 +683,6 @@ def _sentinel_name(value: object) -> str:
         raise Unreadable("it is a bare object() that no module holds, so a run cannot tell which")
     _SENTINELS[id(value)] = min(names)
     return ".".join(min(names))
-
-
-def _record(value: Any) -> bool:
-    """An instance of a Python class whose state is plain values: its class
-    and those values say all (a sentinel holds none; jaxtyping's config holds
-    two flags a jaxtyped trace reads).
-
-    Only instances whose ``__dict__`` holds plain values, with no
-    ``__slots__``, no properties and no ``__getattr__`` count: what a read of
-    such an object gives is in its ``__dict__`` or its class. An object whose
-    state lives in C (a lock, a file) has no ``__dict__``.
-    """
-    state = getattr(value, "__dict__", None)
-    if not isinstance(state, dict) or len(state) > _RECORD_FIELDS:
-        return False
-    kind = type(value)
-    bases = kind.__mro__[:-1]
-    return (
-        all(isinstance(item, _PLAIN) for item in state.values())
-        and not any(getattr(k, "__slots__", ()) for k in bases)
-        and kind.__getattribute__ is object.__getattribute__  # type: ignore[comparison-overlap]  # the unbound slots compare
-        and not any("__getattr__" in vars(k) for k in bases)
-        and not any(isinstance(item, property) for k in bases for item in vars(k).values())
-    )
-
-
-def _behaviour(item: Any) -> bool:
-    """A class attribute that is code, not data."""
-    return callable(item) or isinstance(item, staticmethod | classmethod | property)
-
-
-def _is_dtype(value: Any) -> bool:
-    kind = type(value)
-    return (kind.__module__ == "numpy" and kind.__name__ == "dtype") or (
-        kind.__module__.startswith("numpy.dtypes")
-    )
-
-
-def _is_namedtuple(value: Any) -> bool:
-    return isinstance(value, tuple) and hasattr(type(value), "_fields")
 
 
 def python_function(value: Any) -> types.FunctionType | None:
@@ -571,3 +855,146 @@ def resolve(start: Any, path: tuple[str, ...]) -> Any:
         else:
             current = getattr(builtins, step)
     return current
+
+
+#: Methods compiled into Python or an extension, as a class holds them.
+_C_METHODS = (
+    types.WrapperDescriptorType,
+    types.MethodDescriptorType,
+    types.ClassMethodDescriptorType,
+)
+#: ``Py_TPFLAGS_HEAPTYPE``: a class made at run time (by a ``class``
+#: statement), not a type compiled into Python or an extension.
+_HEAPTYPE = 1 << 9
+#: A C type whose whole state is its ``__dict__``.
+_STATE_IN_DICT = (types.SimpleNamespace,)
+
+
+def _written_in_python(kind: type) -> bool:
+    """Whether ``kind`` keeps its state where ``attributes`` reads it: a class
+    written in Python, not a C type (``list``, a lock, a nanobind class)
+    whose state a read of ``__dict__`` would miss."""
+    if kind in _STATE_IN_DICT:
+        return True
+    module = str(kind.__module__)
+    if not kind.__flags__ & _HEAPTYPE or module in sys.builtin_module_names:
+        return False  # ``_thread.lock`` is a heap type of a built-in module
+    path = getattr(sys.modules.get(module), "__file__", None) or ""
+    return not path.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+
+
+#: Descriptors whose read gives what the class or the instance holds.
+_PLAIN_DESCRIPTORS = (
+    types.FunctionType,
+    staticmethod,
+    classmethod,
+    type,
+    types.MemberDescriptorType,
+    types.GetSetDescriptorType,
+    *_C_METHODS,
+    types.BuiltinFunctionType,
+)
+
+
+def _computed(item: Any) -> bool:
+    """A class attribute whose read on an instance runs code of its own: a
+    property, a cached property, a descriptor the program wrote."""
+    if isinstance(item, property | functools.cached_property):
+        return True
+    return hasattr(type(item), "__get__") and not isinstance(item, _PLAIN_DESCRIPTORS)
+
+
+def _record(value: Any) -> bool:
+    """An instance whose attributes are all it holds: every class of its MRO
+    but ``object`` written in Python, at most ``_RECORD_FIELDS`` attributes
+    in its ``__dict__``, and no read that runs code (``__getattr__``,
+    ``__getattribute__``, a property): what a read of such an object gives
+    is in its ``__dict__``, its slots or its class. An object whose state
+    lives in C (a lock, a file, a ``list`` subclass's items) is not one.
+    """
+    kind = type(value)
+    state = getattr(value, "__dict__", None)
+    if state is not None and (not isinstance(state, dict) or len(state) > _RECORD_FIELDS):
+        return False
+    bases = kind.__mro__[:-1]
+    return (
+        all(_written_in_python(k) for k in bases)
+        and kind.__getattribute__ is object.__getattribute__  # type: ignore[comparison-overlap]  # the unbound slots compare
+        and not any("__getattr__" in vars(k) for k in bases)
+        and not any(_computed(item) for k in bases for item in vars(k).values())
+    )
+
+
+def _is_dtype(value: Any) -> bool:
+    """A numpy dtype, ml_dtypes' included (``numpy.dtype[int4]``); numpy is
+    looked for only where the program imported it."""
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(value, numpy.dtype)
+
+
+def _is_namedtuple(value: Any) -> bool:
+    return isinstance(value, tuple) and hasattr(type(value), "_fields")
+
+
+def _is_wrapper(value: Any) -> bool:
+    """``jax.jit(f)`` or any ``functools.wraps`` wrapper of a Python function."""
+    return callable(value) and python_function(value) is not None
+
+
+def _is_pytree(writer: _Writer, value: Any) -> bool:
+    """A value jax's ``flatten`` takes apart (flax, equinox, optax states)."""
+    if writer.flatten is None:
+        return False
+    leaves, _ = writer.flatten(value)
+    return not (len(leaves) == 1 and leaves[0] is value)
+
+
+def _row(
+    name: str,
+    test: Callable[[Any], bool],
+    write: Callable[[_Writer, Any, int], None],
+    *,
+    by_type: bool = True,
+) -> Kind:
+    return Kind(name, lambda _writer, value: test(value), write, by_type)
+
+
+#: The allow-list: each kind of value ppy compares, in the order they are
+#: tried, and how it is written (the module docstring says what of it).
+KINDS: tuple[Kind, ...] = (
+    _row("plain value", lambda v: isinstance(v, _PLAIN), _Writer.plain),
+    _row("enum member", lambda v: isinstance(v, enum.Enum), _Writer.member),
+    _row("array", _is_array, _Writer.array),
+    _row("protobuf message", _is_protobuf, _Writer.message),
+    _row("module", lambda v: isinstance(v, types.ModuleType), _Writer.module),
+    _row("class", lambda v: isinstance(v, type), _Writer.klass),
+    _row("partial", lambda v: isinstance(v, functools.partial), _Writer.partial),
+    _row("function", lambda v: isinstance(v, types.FunctionType), _Writer.function),
+    _row(
+        "list, tuple, namedtuple",
+        lambda v: type(v) in (tuple, list) or _is_namedtuple(v),
+        _Writer.sequence,
+    ),
+    _row("dict", lambda v: type(v) is dict, _Writer.dictionary),
+    _row("set, frozenset", lambda v: type(v) in (set, frozenset), _Writer.collection),
+    _row("dtype", _is_dtype, _Writer.dtype),
+    _row("jitted or wrapped function", _is_wrapper, _Writer.wraps, by_type=False),
+    _row(
+        "built-in or method",
+        lambda v: isinstance(v, types.BuiltinFunctionType | types.MethodType),
+        _Writer.bound,
+    ),
+    _row("mapping", lambda v: isinstance(v, Mapping), _Writer.other_mapping),
+    _row("dataclass instance", dataclasses.is_dataclass, _Writer.dataclass),
+    _row("jax tree structure", _is_treedef, _Writer.treedef),
+    _row("absl flag", lambda v: _absl(v, "FlagHolder"), _Writer.absl_flag),
+    _row("absl flags", lambda v: _absl(v, "FlagValues"), _Writer.absl_flags),
+    _row("bare object()", lambda v: type(v) is object, _Writer.sentinel),
+    Kind("pytree", _is_pytree, _Writer.tree),
+    _row("instance", _record, _Writer.instance, by_type=False),
+)
+#: The kinds a type alone decides: ``by_type``, and no row before them
+#: decided by the value (a type's values are then all of one kind).
+_BY_TYPE = frozenset(
+    kind for index, kind in enumerate(KINDS) if all(row.by_type for row in KINDS[: index + 1])
+)
