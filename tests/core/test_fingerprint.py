@@ -397,3 +397,15 @@ def test_a_kind_not_on_the_list_is_refused_with_its_name() -> None:
         fingerprint(Items([1, 2]))
     with pytest.raises(Unreadable, match="cannot compare values of type"):
         fingerprint(x for x in ())
+
+
+def test_the_allow_list_is_the_one_the_docs_give() -> None:
+    """docs/reliability.md's table names each kind ``KINDS`` compares, in order."""
+    from pathlib import Path
+
+    from ppy.kinds.fingerprint import KINDS
+
+    page = (Path(__file__).parents[2] / "docs" / "reliability.md").read_text()
+    section = page.split("## What a fingerprint compares", 1)[1].split("\n## ", 1)[0]
+    rows = [line[2:].split(" | ")[0] for line in section.splitlines() if line.startswith("| ")]
+    assert rows[2:] == [kind.name for kind in KINDS]  # after the header and its rule

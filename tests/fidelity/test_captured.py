@@ -1,6 +1,6 @@
 """Values a trace read from the program's globals: a file loaded at import, the environment,
-argv and the clock, a flag set in main(), a helper module's attribute, ``__name__``; and globals ppy
-cannot compare.
+argv and the clock, a flag set in main(), a helper module's attribute, ``__name__``, a class, an
+instance and a weak scalar set under the main guard; and globals ppy cannot compare.
 """
 
 from __future__ import annotations
