@@ -211,6 +211,12 @@ def passing_a_module_on(x):
 
 def by_a_computed_name(x):
     return x * getattr(captures_settings, NAME)
+
+
+def importing_while_traced(x):
+    from captures_settings import SCALE
+
+    return x * SCALE
 """
 
 
@@ -459,3 +465,15 @@ def test_a_project_module_held_whole_refuses_the_export(
         _read(jax.jit(getattr(model, function)), root)
     assert refused.value.name == "captures_model.captures_settings"
     assert "cannot tell which of its values the trace reads" in refused.value.why
+
+
+def test_a_project_module_imported_while_traced_refuses_the_export(
+    project: tuple[ModuleType, Path],
+) -> None:
+    """An import inside the traced function: no path from the function
+    reaches what it read, so the export is refused, naming the import."""
+    model, root = project
+    with pytest.raises(Refused) as refused:
+        _read(jax.jit(model.importing_while_traced), root)
+    assert refused.value.name == "captures_model.importing_while_traced"
+    assert "it imports captures_settings of the program while traced" in refused.value.why

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dis
 import functools
+import importlib.util
 import os
 import sys
 import types
@@ -80,8 +81,9 @@ _ENVIRONMENT_READERS: tuple[Any, ...] = tuple(
 #: (3.11's ``LOAD_CLASSDEREF`` is 3.12's ``LOAD_FROM_DICT_OR_DEREF``).
 _GLOBAL_LOADS = ("LOAD_GLOBAL", "LOAD_NAME")
 _CLOSURE_LOADS = ("LOAD_DEREF", "LOAD_CLASSDEREF", "LOAD_FROM_DICT_OR_DEREF")
-#: Where a name a function loads lives.
-GLOBAL, CELL, LOCAL = "global", "cell", "local"
+#: Where a name a function loads lives; ``IMPORT``: a module it imports,
+#: by its name (a relative one led by its dots).
+GLOBAL, CELL, LOCAL, IMPORT = "global", "cell", "local", "import"
 
 
 def _reads_environment(value: Any) -> bool:
@@ -101,12 +103,16 @@ class Refused(Exception):
         self.why = why
 
 
-def _loaded(instruction: dis.Instruction, nested: bool) -> list[tuple[str, str]] | None:
+def _loaded(
+    instruction: dis.Instruction, nested: bool, level: Any = 0
+) -> list[tuple[str, str]] | None:
     """The names one instruction loads, in the order it pushes them, each
     with where it lives; None for an instruction that loads none. A local
     (``LOAD_FAST``; 3.13's ``LOAD_FAST_LOAD_FAST`` loads two) counts only in
     the function's own code: in a nested one it is that code's own."""
     name = instruction.opname
+    if name == "IMPORT_NAME":  # ``level``: the constant loaded two before it
+        return [(IMPORT, "." * (level if isinstance(level, int) else 0) + instruction.argval)]
     if name in _GLOBAL_LOADS:
         return [(GLOBAL, str(instruction.argval))]
     if name in _CLOSURE_LOADS:
@@ -147,7 +153,8 @@ def _chains(code: types.CodeType, nested: bool = False) -> Iterator[tuple[str, t
     for index, instruction in enumerate(instructions):
         if index <= folded:
             continue
-        loads = _loaded(instruction, nested)
+        level = instructions[index - 2].argval if index >= 2 else 0
+        loads = _loaded(instruction, nested, level)
         if loads is not None:
             of_getattr = len(loads) == 1 and (where, chain) == (GLOBAL, ["getattr"])
             if chain:
@@ -259,6 +266,28 @@ class _Scan:
             elif head in bound:  # a method's self (a cell where a lambda reads it too)
                 value, at, name = bound[head]
                 self.value(value, at, name, attrs)
+            elif where == IMPORT and self.imports_project_module(head, fn):
+                raise Refused(
+                    f"{owner}.{fn.__qualname__}",
+                    f"it imports {head.lstrip('.') or 'a module'} of the program while traced, "
+                    "whose values a run cannot reach to compare; import it where the "
+                    "function is defined, or where the jit is made",
+                )
+
+    def imports_project_module(self, name: str, fn: types.FunctionType) -> bool:
+        """Whether an import a function makes is of the program's own
+        modules: a relative one, or one whose file is in the project (one
+        not imported yet is looked for, not imported)."""
+        if name.startswith("."):
+            return True
+        module = sys.modules.get(name)
+        if module is not None:
+            return self.project_module(module)
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):  # a parent package that fails to import
+            return True
+        return spec is not None and self.in_project(spec.origin)
 
     def method(self, method: types.MethodType, path: tuple[str, ...], name: str) -> bool:
         """Follow a project method reached through its class or object
