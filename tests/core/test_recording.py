@@ -246,3 +246,45 @@ def test_python_scalars_of_two_types_are_not_described() -> None:
     assert general.parameters["n"].rendered() == "weak int32[]"
     mixed = generalise([({"n": {"python": "complex"}}, 1)])
     assert "Python complex" in (mixed.parameters["n"].why_not or "")
+
+
+def test_each_combination_of_weak_types_the_calls_had_is_a_kind_of_its_own() -> None:
+    """jit keys its traces by each input's weak type, 0-d or not: each
+    combination the recording saw is exported as a variant of its own, most
+    called first, beside the strongly typed one."""
+    weak, strong = _array("float32[]", weak=True), _array("float32[]")
+    general = generalise(
+        [
+            ({"a": weak, "b": strong, "v": _array("float32[3]", weak=True)}, 3),
+            ({"a": strong, "b": weak, "v": _array("float32[3]", weak=True)}, 2),
+            ({"a": strong, "b": strong, "v": _array("float32[3]", weak=True)}, 1),
+            ({"a": weak, "b": strong, "v": _array("float32[3]", weak=True)}, 1),
+        ]
+    )
+    assert general.kinds == (frozenset({"a", "v"}), frozenset({"b", "v"}), frozenset({"v"}))
+    assert [general.parameters[n].weakly for n in "abv"] == [(0,), (1,), (0, 1, 2)]
+    assert general.rendered() == {
+        "a": "(weak) float32[]",
+        "b": "(weak) float32[]",
+        "v": "(weak) float32[3]",
+    }
+    # A 0-d input weak in every call is a Python scalar's: weak in every variant.
+    scalar = generalise([({"n": weak, "x": strong}, 1), ({"n": weak, "x": weak}, 1)])
+    assert scalar.parameters["n"].weak and not scalar.parameters["n"].weakly
+    assert scalar.kinds == (frozenset({"x"}),)
+    assert generalise([({"x": strong}, 1)]).kinds == ()
+
+
+def test_a_pytree_leaf_names_the_kinds_it_is_weak_in() -> None:
+    def nest(first: bool, second: bool) -> dict[str, object]:
+        leaves = [_array("float32[2]", weak=first), _array("float32[2]", weak=second)]
+        return {"nest": {"tuple": leaves}}
+
+    general = generalise([({"p": nest(True, False)}, 2), ({"p": nest(False, True)}, 1)])
+    assert general.parameters["p"].nest == {
+        "tuple": [
+            {"dims": [2], "dtype": "float32", "weakly": [0]},
+            {"dims": [2], "dtype": "float32", "weakly": [1]},
+        ]
+    }
+    assert general.rendered() == {"p": "((weak) float32[2], (weak) float32[2])"}

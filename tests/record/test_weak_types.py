@@ -40,6 +40,11 @@ def strong_only(x):
     return x + 1
 
 
+@jax.jit
+def pair(a, b):
+    return a * b
+
+
 def show(name, r):
     print(name, r, r.dtype, r.weak_type, jax.typeof(r), (r + jnp.ones(3, jnp.bfloat16)).dtype)
 
@@ -48,12 +53,15 @@ for kind in sys.argv[1:]:
     weak = kind != "strong"
     s = jnp.asarray(1.5) if weak else jnp.float32(1.5)
     v = jnp.full((3,), 0.5) if weak else jnp.ones(3, jnp.float32) / 2
-    if kind == "unseen":  # a weak call of a function recorded strongly typed only
+    if kind == "unseen":  # kinds of weak types the recording did not see
         show(f"strong_only {kind}", strong_only(s))
+        show(f"pair {kind}", pair(s, v))
         continue
     show(f"double {kind}", double(s))
     show(f"same {kind}", same(s))
     show(f"scale {kind}", scale(v))
+    other = jnp.ones(3, jnp.float32) / 2 if weak else jnp.full((3,), 0.5)
+    show(f"pair {kind}", pair(s, other))  # one of the two weak: a kind each
     if not weak:
         show(f"strong_only {kind}", strong_only(s))
 """
@@ -65,19 +73,25 @@ def test_an_input_seen_weak_and_strong_is_served_by_the_variant_of_its_own_kind(
 ) -> None:
     # Recorded weak first; run strong first, then weak, then strong again:
     # each call's outputs are weakly typed as jit types them, whichever
-    # kind's executable was made first.
+    # kind's executable was made first. ``pair`` is called with one input
+    # weak, then the other: each combination is a kind of its own.
     root, cache, recorded = _recorded(tmp_path, WEAK_AND_STRONG, "weak", "strong", "strong")
     assert recorded["model.double"]["description"] == {"x": "(weak) float32[]"}
     assert recorded["model.scale"]["description"] == {"v": "(weak) float32[3]"}
     assert recorded["model.strong_only"]["description"] == {"x": "float32[]"}
+    assert recorded["model.pair"]["description"] == {
+        "a": "(weak) float32[]",
+        "b": "(weak) float32[3]",
+    }
     compared = differential(root, "strong", "weak", "strong", "unseen", cache=cache)
     lines = compared.python.stdout.splitlines()
-    assert lines[0].endswith("False float32[] float32")  # double strong
-    assert lines[4].endswith("True ~float32[] bfloat16")  # double weak
-    for name in ("double", "same", "scale"):
+    assert lines[0] == "double strong 3.0 float32 False float32[] float32"
+    assert "double weak 3.0 float32 True ~float32[] bfloat16" in lines
+    for name in ("double", "same", "scale", "pair"):
         assert compared.staged_calls(name) == 3, name
     assert compared.staged_calls("strong_only") == 2
     # A kind the recording did not see is jit's to trace, and the log says why.
-    (fallback,) = compared.fallbacks()
-    assert (fallback["function"], fallback["category"]) == ("strong_only", "dtype")
-    assert "x is a weakly typed float32" in str(fallback["reason"])
+    assert [(e["function"], e["category"], e["reason"]) for e in compared.fallbacks()] == [
+        ("strong_only", "dtype", "x is a weakly typed float32 (made from a Python scalar)"),
+        ("pair", "dtype", "a is a weakly typed float32 (made from a Python scalar)"),
+    ]

@@ -62,7 +62,7 @@ def describe(parameter: Parameter, static: bool = False, donated: bool = False) 
         if spec.weak:
             array["weak"] = True
         if spec.weakly:
-            array["weakly"] = True
+            array["weakly"] = list(spec.weakly)
         if spec.recorded:  # its symbols are the recording's: ``ppy_plugin_jax.sizes``
             array["recorded"] = True
     sharding = None
@@ -84,6 +84,15 @@ def describe(parameter: Parameter, static: bool = False, donated: bool = False) 
     }
 
 
+def _weak_kinds(weakly: Any) -> tuple[int, ...]:
+    """A leaf's ``"weakly"``: the kinds of weak types it is weak in, each
+    exported as a variant of its own (``ppy.record.generalise.General.kinds``,
+    most called first); none where it is absent or not a list of kinds."""
+    if isinstance(weakly, list) and all(type(k) is int and k >= 0 for k in weakly):
+        return tuple(sorted(set(weakly)))
+    return ()
+
+
 @dataclass
 class Abstract:
     """The traced parameters' abstract values, and what the source wrote of their leaves."""
@@ -102,8 +111,8 @@ class Abstract:
     multiples: dict[str, int] = dataclasses.field(default_factory=dict)
     #: The leaves a ``ppy.Like`` example gives weakly typed (``jnp.full(s, 0.1)``),
     #: or a recording saw weakly typed, by ``id``: described strongly typed,
-    #: and exported weakly typed too.
-    weak: set[int] = dataclasses.field(default_factory=set)
+    #: and exported weakly typed too, in each of the kinds given (``_weak_kinds``).
+    weak: dict[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
 
 
 def abstract(
@@ -192,7 +201,7 @@ def _remade(found: Abstract, constraints: tuple[str, ...], multiples: dict[str, 
     scope = export.SymbolicScope(constraints)
     written: dict[int, list[int | str]] = {}
     shardings: dict[int, tuple[Axis, ...]] = {}
-    weak: set[int] = set()
+    weak: dict[int, tuple[int, ...]] = {}
 
     def remade(leaf: Any) -> Any:
         if not isinstance(leaf, jax.ShapeDtypeStruct) or all(
@@ -208,7 +217,7 @@ def _remade(found: Abstract, constraints: tuple[str, ...], multiples: dict[str, 
         if id(leaf) in found.shardings:
             shardings[id(new)] = found.shardings[id(leaf)]
         if id(leaf) in found.weak:
-            weak.add(id(new))
+            weak[id(new)] = found.weak[id(leaf)]
         return new
 
     # Mapped as a list, not as the dict: jax flattens a dict by sorted key and
@@ -226,7 +235,7 @@ class _Builder:
         self.written: dict[int, list[int | str]] = {}
         self.shardings: dict[int, tuple[Axis, ...]] = {}
         #: The leaves exported weakly typed too (``Abstract.weak``), by ``id``.
-        self.weak: set[int] = set()
+        self.weak: dict[int, tuple[int, ...]] = {}
 
     def value(self, desc: Mapping[str, Any], names: dict[str, Any], where: str) -> Any:
         if desc.get("array") is not None:
@@ -266,8 +275,9 @@ class _Builder:
             ) from None
         leaf = jax.ShapeDtypeStruct(shape, dtype, weak_type=weak)  # type: ignore[no-untyped-call]
         self.written[id(leaf)] = list(dims)
-        if array.get("weakly"):  # recorded weakly typed in some calls: a variant of its own
-            self.weak.add(id(leaf))
+        kinds = _weak_kinds(array.get("weakly"))
+        if kinds:  # recorded weakly typed in some calls: a variant of its own
+            self.weak[id(leaf)] = kinds
         return leaf
 
     def nest(self, node: Mapping[str, Any], where: str) -> Any:
@@ -325,7 +335,7 @@ class _Builder:
             def strong(leaf: Any) -> Any:
                 made = jax.ShapeDtypeStruct(leaf.shape, leaf.dtype)  # type: ignore[no-untyped-call]
                 if leaf.weak_type:  # the example's own call may pass it so: a variant of its own
-                    self.weak.add(id(made))
+                    self.weak[id(made)] = (0,)
                 return made
 
             return jax.tree_util.tree_map(strong, shapes)
@@ -343,7 +353,7 @@ class _Builder:
             dims = marking.dims(where + jax.tree_util.keystr(path), leaf)
             leaves.append(self.array({"dims": dims, "dtype": str(leaf.dtype)}))
             if leaf.weak_type:
-                self.weak.add(id(leaves[-1]))
+                self.weak[id(leaves[-1])] = (0,)
         return jax.tree_util.tree_unflatten(tree, leaves)
 
     def tree(self, written: str, names: dict[str, Any], where: str) -> Any:

@@ -344,26 +344,33 @@ class _Inputs:
     mesh: MeshSpec | None = None
     #: The constraints on its symbols the export assumes.
     constraints: tuple[str, ...] = ()
-    #: Per leaf, whether a ``ppy.Like`` example gives it weakly typed, or a
-    #: recording saw it so: these inputs are exported weakly typed too (``weakened``).
-    weakly: tuple[bool, ...] = ()
+    #: Per leaf, the kinds of weak types in which a ``ppy.Like`` example
+    #: gives it weakly typed, or a recording saw it so (``kinds``): these
+    #: inputs are exported weakly typed too, one variant per kind (``weakened``).
+    weakly: tuple[tuple[int, ...], ...] = ()
 
-    def weakened(self) -> _Inputs:
-        """These inputs with the example's weakly typed leaves weakly typed,
-        as jit traces a call that passes the example's own values."""
+    def kinds(self) -> list[int]:
+        """The kinds of weak types, most called first: jit traces each apart."""
+        return sorted({kind for kinds in self.weakly for kind in kinds})
+
+    def weakened(self, kind: int) -> _Inputs:
+        """These inputs with the leaves weakly typed in ``kind`` weakly typed,
+        as jit traces a call that passes them so (the example's own values,
+        or a recorded call's)."""
         import jax
 
+        flags = [kind in kinds for kinds in self.weakly]
         leaves = [
             jax.ShapeDtypeStruct(  # type: ignore[no-untyped-call]
                 leaf.shape, leaf.dtype, sharding=getattr(leaf, "sharding", None), weak_type=True
             )
             if weak
             else leaf
-            for leaf, weak in zip(self.leaves, self.weakly, strict=True)
+            for leaf, weak in zip(self.leaves, flags, strict=True)
         ]
         specs = [
             {**spec, "weak": True} if weak else spec
-            for spec, weak in zip(self.specs, self.weakly, strict=True)
+            for spec, weak in zip(self.specs, flags, strict=True)
         ]
         return dataclasses.replace(self, leaves=leaves, specs=specs, weakly=())
 
@@ -396,7 +403,7 @@ def _inputs(
     names = [p["name"] for p in params if not p["static"]]
     trees = tuple(described.values[name] for name in names)
     leaves, tree = jax.tree_util.tree_flatten(trees)
-    weakly = tuple(id(leaf) in described.weak for leaf in leaves)
+    weakly = tuple(described.weak.get(id(leaf), ()) for leaf in leaves)
     try:
         digest = structure(tree)
     except Unreadable as error:
@@ -569,12 +576,13 @@ def _contract(
 
 def _forms(inputs: _Inputs, statics: Sequence[Mapping[str, Any]]) -> list[_Inputs]:
     """The inputs as each variant of one static value takes them: as described,
-    and weakly typed too where a recording or an example saw them so."""
+    and in each kind of weak types a recording or an example saw, most called
+    first, as many as an entry holds. A call of a kind left out takes jit's
+    path, and the run names its weakly typed input (``export._weakly``)."""
     from ppy.kinds.jax_export import JaxExport
 
-    if inputs.weakly and 2 * len(statics) <= JaxExport.MAX_VARIANTS:
-        return [inputs, inputs.weakened()]
-    return [inputs]
+    room = JaxExport.MAX_VARIANTS // max(1, len(statics)) - 1
+    return [inputs, *(inputs.weakened(kind) for kind in inputs.kinds()[:room])]
 
 
 def _at_recorded_sizes(

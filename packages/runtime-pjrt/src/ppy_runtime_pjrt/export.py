@@ -593,8 +593,10 @@ class StagedFunction:
 def _weakly(choices: tuple[Staged, ...], leaves: list[Any]) -> tuple[Staged, ...]:
     """The variants traced for the leaves' weak types, as jit traces a weakly
     typed leaf apart (``jnp.full(s, 0.1)`` in a first call, the strong
-    result of the step after): the first where none was exported for them,
-    and its guard says why."""
+    result of the step after), 0-d or not, one per kind of weak types the
+    recording saw: the first where none was exported for them, and its guard
+    says why. A variant's outputs are weakly typed as its trace typed them
+    (``Staged.serving``), and the guard keys each kind's executable apart."""
     if len(choices) == 1:
         return choices
     weak = tuple(

@@ -49,8 +49,10 @@ class ArraySpec:
     recorded: bool = False
     #: A Python scalar (``int``, ``float``): weakly typed, as jit traces one.
     weak: bool = False
-    #: Recorded weakly typed in some calls: exported strongly and weakly typed.
-    weakly: bool = False
+    #: Recorded weakly typed in some calls: the recording's kinds of weak types
+    #: (``ppy.record.generalise.General.kinds``) it is weak in, each exported
+    #: as a variant of its own beside the strongly typed one.
+    weakly: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

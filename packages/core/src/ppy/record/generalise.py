@@ -13,8 +13,12 @@
   recording notes as jit's ``weak int64[]`` where x64 is on, or a weakly
   typed ``jnp`` scalar) is described weakly typed, as a Python scalar is.
 - An array weakly typed in some calls (a loop that starts from
-  ``jnp.full(s, 0.1)``, whose later calls pass the strongly typed result)
-  is exported both ways, as jit traces it both ways.
+  ``jnp.full(s, 0.1)``, whose later calls pass the strongly typed result),
+  0-d or not, is exported both ways, as jit traces it both ways: jit keys
+  its traces by each input's weak type, and a weak call's outputs are weak.
+  Where several inputs are, each combination of weak types the calls had
+  is a kind of its own (``General.kinds``), exported as a variant of its
+  own; each such array names the kinds it is weak in (``Described.weakly``).
 - A pytree is described leaf by leaf, its structure as recorded, where every
   call passed the same structure; its arrays' dims generalise with the rest.
 - Anything else (a Python scalar, an array sharded over several
@@ -52,8 +56,10 @@ class Described:
     nest: dict[str, Any] | None = None
     #: A Python scalar in every call: weakly typed, as jit traces one.
     weak: bool = False
-    #: An array weakly typed in some calls: exported strongly and weakly typed.
-    weakly: bool = False
+    #: An array weakly typed in some calls: the kinds (``General.kinds``) in
+    #: which it is, each exported as a variant of its own beside the strongly
+    #: typed one; empty where no call passed it weakly typed.
+    weakly: tuple[int, ...] = ()
 
     def rendered(self) -> str:
         if self.dtype is not None and self.dims is not None:
@@ -82,6 +88,12 @@ class General:
     #: first, each once: ``({"B": 64}, {"B": 24})``. The build exports these
     #: where a symbol would not be faithful.
     sizes: tuple[dict[str, int], ...] = ()
+    #: The combinations of weak types the served calls passed their arrays
+    #: in, most called first, less the one where none is weak: per kind,
+    #: the arrays (``name``, ``name#leaf`` in a pytree) weakly typed in it.
+    #: An input weakly typed in every call of shape () is a Python scalar's
+    #: (``Described.weak``) and is in none.
+    kinds: tuple[frozenset[str], ...] = ()
 
     def rendered(self) -> dict[str, str]:
         found = {name: described.rendered() for name, described in self.parameters.items()}
@@ -141,8 +153,9 @@ def generalise(recorded: Sequence[tuple[Mapping[str, Any], int]]) -> General:
         else:
             general.parameters[name] = Described(why_not=_other(kinds))
     symbols = _symbols(arrays)
+    general.kinds = _weak_kinds(arrays, scalars)
     described: dict[str, Described] = {}
-    for name, (dtype, shapes, weakly) in arrays.items():
+    for name, (dtype, shapes, _) in arrays.items():
         dims: list[int | str] = []
         for axis in range(len(shapes[0])):
             column = tuple(shape[axis] for shape in shapes)
@@ -151,7 +164,11 @@ def generalise(recorded: Sequence[tuple[Mapping[str, Any], int]]) -> General:
         described[name] = (
             Described(dims=(), dtype=dtype, weak=True)
             if name in scalars
-            else Described(dims=tuple(dims), dtype=dtype, weakly=weakly)
+            else Described(
+                dims=tuple(dims),
+                dtype=dtype,
+                weakly=tuple(i for i, kind in enumerate(general.kinds) if name in kind),
+            )
         )
     for name in names:
         if name in nests:
@@ -203,15 +220,29 @@ def _kinds(inputs: Mapping[str, Any]) -> dict[str, str]:
     return found
 
 
-#: An array input across the calls: its dtype, its shape in each call, and
-#: whether any call passed it weakly typed.
-_Column = tuple[str, list[tuple[int, ...]], bool]
+#: An array input across the calls: its dtype, and its shape and whether it
+#: was weakly typed in each call.
+_Column = tuple[str, list[tuple[int, ...]], list[bool]]
 
 
 def _column(values: Sequence[Mapping[str, Any]]) -> _Column:
     """One array input's recorded values (of one dtype, ``_consistent``) as a column."""
     parsed = [parse_array(v["array"]) for v in values]
-    return parsed[0][0], [shape for _, shape in parsed], any(v.get("weak") for v in values)
+    return parsed[0][0], [shape for _, shape in parsed], [bool(v.get("weak")) for v in values]
+
+
+def _weak_kinds(arrays: Mapping[str, _Column], scalars: set[str]) -> tuple[frozenset[str], ...]:
+    """The combinations of weak types the calls passed the arrays in, as jit
+    keys its traces by them: each call's weakly typed arrays, most called
+    first, each combination once, less the empty one (the strongly typed
+    variant every description has). A Python scalar's input is weak in every
+    variant (``scalars``), and so in none of these."""
+    calls = len(next(iter(arrays.values()))[1]) if arrays else 0
+    seen = (
+        frozenset(name for name, (_, _, weak) in arrays.items() if weak[i] and name not in scalars)
+        for i in range(calls)
+    )
+    return tuple(kind for kind in dict.fromkeys(seen) if kind)
 
 
 def _nest_columns(
@@ -273,7 +304,7 @@ def _fill_item(item: Mapping[str, Any], described: Iterator[Described]) -> dict[
     if "array" in item:
         leaf = next(described)
         found = {"dims": list(leaf.dims or ()), "dtype": leaf.dtype}
-        return {**found, "weakly": True} if leaf.weakly else found
+        return {**found, "weakly": list(leaf.weakly)} if leaf.weakly else found
     return {"none": True}
 
 
@@ -332,7 +363,7 @@ def symbolic_dims(shapes: Sequence[Sequence[tuple[int, ...]]]) -> list[tuple[int
     per array) as the file's description gives them: a dim that took one value
     is that number, one that took several a symbol, shared by the dims whose
     values moved together."""
-    columns: dict[str, _Column] = {str(i): ("", list(s), False) for i, s in enumerate(shapes)}
+    columns: dict[str, _Column] = {str(i): ("", list(s), []) for i, s in enumerate(shapes)}
     symbols = _symbols(columns)
     return [
         tuple(
