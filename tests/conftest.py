@@ -111,6 +111,7 @@ LONGEST_FIRST = (
     "tests/warm/test_server.py",
     "tests/fidelity/test_program.py",
     "tests/record/test_sizes.py",
+    "tests/record/test_mutations.py",
     "tests/warm/test_runs.py",
     "tests/fidelity/test_parameter_order.py",
     "tests/fidelity/test_paths.py",
