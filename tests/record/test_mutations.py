@@ -44,7 +44,6 @@ import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from ppy_plugin_jax.captures import Refused, captures
 
 from tests.conftest import run_ppy, write_project
 from tests.record import test_live
@@ -429,11 +428,11 @@ def program(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ModuleTy
         jax.clear_caches()
 
 
-def _judged(jitted: Any, inputs: tuple[Any, ...], root: Path, built: Any, before: Any) -> str:
+def _judged(jitted: Any, inputs: tuple[Any, ...], built: Any, before: Any) -> str:
     """What ``ppy run`` would do for ``jitted`` now, checked: where the
     staged call is served, jit traced afresh computes the export's bits.
     Returns the reason jit's path is taken, or "" where it is served."""
-    why = verdict(jitted, str(root), built)
+    why = verdict(jitted, built)
     if why is None:
         assert outcome(jitted, *inputs) == before, "served, but jit now computes otherwise"
         return ""
@@ -449,8 +448,6 @@ DEFECTS = {
     "weak-to-strong": "an array's weak type is not part of its fingerprint",
     "weak-to-strong-by-partial": "an array's weak type is not part of its fingerprint",
     "namedtuple-class-attribute": "a NamedTuple's class attribute is not compared",
-    "module-imported-in-trace": "a module imported inside the traced function is not "
-    "followed: the attributes the trace reads of it are not compared",
     "nan-of-the-other-sign": "a Python float is compared by its repr, which shows a nan "
     "of either sign as nan; XLA keeps the sign",
 }
@@ -479,15 +476,13 @@ def test_a_value_the_trace_read_changed_is_served_only_where_jit_computes_the_sa
     original = site.get()
     before = outcome(jitted, *inputs)
     assert before[0] != "raises", before
-    built = captures(
-        jitted, root=str(root), limit=mutations.LIMIT, flatten=jax.tree_util.tree_flatten
-    )
-    assert verdict(jitted, str(root), built) is None, "not served as built"
+    built = mutations.build(jitted, str(root))
+    assert isinstance(built, str) or verdict(jitted, built) is None, "not served as built"
 
     def judged(value: Any) -> str:
         site.put(value)
         try:
-            return _judged(jitted, inputs, root, built, before)
+            return _judged(jitted, inputs, built, before)
         finally:
             site.put(original)
 
@@ -593,11 +588,10 @@ def test_the_in_process_verdict_is_the_run_s(tmp_path: Path) -> None:
         import mutations_recorded  # type: ignore[import-not-found]  # written above
 
         jitted = mutations_recorded.by_classmethod
-        built = captures(
-            jitted, root=str(imported), limit=mutations.LIMIT, flatten=jax.tree_util.tree_flatten
-        )
+        built = mutations.build(jitted, str(imported))
+        assert not isinstance(built, str), built
         mutations_recorded.Config.scale = 3.0
-        assert verdict(jitted, str(imported), built) is not None
+        assert verdict(jitted, built) is not None
     finally:
         sys.path.remove(str(imported))
         sys.modules.pop("mutations_recorded", None)
@@ -648,11 +642,8 @@ def test_every_value_a_recorded_program_s_trace_read_changed_takes_jit_s_path(
     covered: dict[str, int] = {}
     served: list[str] = []
     for label, jitted in sorted(jits.items()):
-        try:
-            built = captures(
-                jitted, root=root, limit=mutations.LIMIT, flatten=jax.tree_util.tree_flatten
-            )
-        except Refused:
+        built = mutations.build(jitted, root)
+        if isinstance(built, str):
             continue  # not staged: jit's path, with the build's reason
         for capture in built:
             found = mutations.captured_site(jitted, capture.path)
@@ -661,15 +652,13 @@ def test_every_value_a_recorded_program_s_trace_read_changed_takes_jit_s_path(
             family, top = found
             for where, site in mutations.within(top.get(), top, family):
                 covered[where] = covered.get(where, 0) + 1
-                served += _served_after_changes(
-                    jitted, root, built, site, f"{label} {capture.name}"
-                )
+                served += _served_after_changes(jitted, built, site, f"{label} {capture.name}")
     print(f"{name}: {len(jits)} jitted functions; values changed by access path: {covered}")
     assert jits and covered, "nothing of the program was mutated"
     assert not served, served
 
 
-def _served_after_changes(jitted: Any, root: str, built: Any, site: Site, label: str) -> list[str]:
+def _served_after_changes(jitted: Any, built: Any, site: Site, label: str) -> list[str]:
     """The changes of the value at ``site`` that the runtime would still serve."""
     original = site.get()
     served: list[str] = []
@@ -687,7 +676,7 @@ def _served_after_changes(jitted: Any, root: str, built: Any, site: Site, label:
             return
         site.put(value)
         try:
-            why = verdict(jitted, root, built)
+            why = verdict(jitted, built)
         finally:
             site.put(original)
         if why is None:

@@ -49,6 +49,7 @@ __all__ = [
     "FAMILIES",
     "Site",
     "attribute",
+    "build",
     "cell",
     "changes",
     "defaults",
@@ -233,15 +234,21 @@ def changes(value: Any) -> st.SearchStrategy[Any]:
     raise TypeError(f"no strategy for a {type(value).__name__}")
 
 
-def verdict(jitted: Any, root: str, read: tuple[Any, ...] | None = None) -> str | None:
+def build(jitted: Any, root: str) -> tuple[Any, ...] | str:
+    """The captures the build takes of ``jitted`` as the export worker takes
+    them, or the reason it refuses the export (then the function stays)."""
+    try:
+        return captures(jitted, root=root, limit=LIMIT, flatten=jax.tree_util.tree_flatten)
+    except Refused as refused:
+        return f"not staged: {refused}"
+
+
+def verdict(jitted: Any, read: tuple[Any, ...] | str) -> str | None:
     """Why ``ppy run`` would take jit's path for ``jitted`` now, or None
-    where it would serve the staged call. ``read``: the captures the build
-    took (before the change); the build's refusal is a reason too."""
-    if read is None:
-        try:
-            read = captures(jitted, root=root, limit=LIMIT, flatten=jax.tree_util.tree_flatten)
-        except Refused as refused:
-            return f"not staged: {refused}"
+    where it would serve the staged call. ``read``: what ``build`` gave
+    before the change; a refusal is a reason too."""
+    if isinstance(read, str):
+        return read
     found = Conditions(jitted, read, {}).captured(("mutation",))
     return None if found is None else f"{found.category}: {found.detail}"
 
