@@ -43,6 +43,9 @@ from tests.hardening import (
     test_recording as recording,
 )
 from tests.hardening import (
+    test_unusable_state as unusable,
+)
+from tests.hardening import (
     test_worker_process as worker,
 )
 from tests.hardening.support import ROOT, real_artifact
@@ -305,13 +308,27 @@ def rows() -> list[Row]:
             "recording",
             "not a regular file at `.ppy/signatures.json`: " + ", ".join(recording.SPECIAL),
             len(recording.SPECIAL),
-            "no command waits; exit 2 naming the file, or recorded",
+            "no command waits; build and record exit 2 naming the file, run warns and runs "
+            "the program; or recorded",
         ),
         Row(
             "recording",
             "`ppy record` of several programs of one project at once",
             recording.RECORDERS,
             "every program's functions in the file",
+        ),
+        Row(
+            "unusable_state",
+            "ppy's state made unusable under `ppy run`: " + ", ".join(unusable.UNUSABLE),
+            len(unusable.UNUSABLE),
+            "python's output, exit status and stderr, cold and warm, and one "
+            "`run.state_unusable` naming the cause; nothing bound",
+        ),
+        Row(
+            "unusable_state",
+            "a FIFO at the tools check's stamp (`.ppy/artifact.ppyz.checked`)",
+            1,
+            "not waited on; the tools checked again, the artifact served",
         ),
     ]
 

@@ -9,10 +9,13 @@ them at every start and discovery's AST reader is a cost it should not pay.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Final
 
-__all__ = ["SKIPPED_DIRS", "find_sources", "module_name", "shown"]
+from ppy.errors import ConfigError
+
+__all__ = ["SKIPPED_DIRS", "find_sources", "module_name", "not_a_folder", "shown"]
 
 #: Directories ``find_sources`` never enters (nor any whose name starts with ".").
 SKIPPED_DIRS: Final[frozenset[str]] = frozenset(
@@ -89,3 +92,30 @@ def module_name(root: Path, path: Path) -> str | None:
     if parts[-1] == "__init__" and len(parts) > 1:
         parts.pop()
     return ".".join(parts)
+
+
+def not_a_folder(path: Path) -> ConfigError | None:
+    """Where one of ``path``'s folders is there and is something else (a
+    file, a FIFO): the error naming it; None where none is.
+
+    Such a thing makes every path under it fail with "Not a directory"
+    (``ENOTDIR``), whatever that path is: ``.ppy`` made a file makes the
+    recording and the artifact in it unreachable, and the error names
+    ``.ppy``, not the file that was asked for.
+    """
+    path = Path(os.path.abspath(path))
+    current = Path(path.anchor)
+    for part in path.parent.parts[1:]:
+        current = current / part
+        try:
+            mode = os.stat(current).st_mode
+        except OSError:  # not there (or not reachable): nothing above it was in the way
+            return None
+        if not stat.S_ISDIR(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a file"
+            return ConfigError(
+                f"is {kind}, not a folder, so ppy cannot reach {path.name} in it",
+                path=str(current),
+                remedy=f"move {current.name} away; ppy makes the folder when it records or builds",
+            )
+    return None

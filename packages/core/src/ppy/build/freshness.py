@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ppy.config import changed_part
-from ppy.snapshot import SIGNATURES
+from ppy.snapshot import SIGNATURES, read_file
 
 if TYPE_CHECKING:
     from ppy.artifact.model import Artifact
@@ -177,13 +177,19 @@ def tools_stamp(artifact: Artifact) -> str:
     return digest.hexdigest()
 
 
+#: The most bytes of a stamp read: a sha256 in hex and a newline, with room.
+_STAMP_LIMIT = 256
+
+
 def _memo_path(config: Config) -> Path:
     return config.artifact.with_name(config.artifact.name + ".checked")
 
 
 def _read(path: Path) -> str | None:
+    """The stamp written there; None where there is none, or it is not one (a
+    FIFO put there is not waited on: ``read_file``)."""
     try:
-        return path.read_text().strip()
+        return read_file(path, _STAMP_LIMIT).decode().strip()
     except (OSError, UnicodeDecodeError):
         return None
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from ppy.config import config_of
 from ppy.decision import Outcome, nothing_staged
 from ppy.errors import ConfigError, PpyError, UsageError, reader_gone
+from ppy.layout import not_a_folder
 from ppy.log import configure, get_logger
 from ppy.run.collector import set_aside
 from ppy.run.program import Program
@@ -112,6 +113,10 @@ def prepare(program: Path, *, build: bool = True, config: Config | None = None) 
         raise UsageError(f"{program}: no such file", remedy="give the path of a .ppy program")
     if config is None:
         config = config_of(take(program))  # the project's files, read once for the run
+    unusable = _unusable_state(config)
+    if unusable is not None:
+        get_logger().warning("run.state_unusable", path=unusable.path, error=str(unusable))
+        return Prepared(config.root, None, {})
     artifact = _read(config)
     if build:
         # Here for start-up speed: ``--no-build`` imports neither.
@@ -156,6 +161,25 @@ def _say_if_nothing_staged(artifact: Artifact) -> None:
             reason=reason,
             remedy=remedy,
         )
+
+
+def _unusable_state(config: Config) -> ConfigError | None:
+    """Why ppy's state in the project cannot be used (the recording cannot be
+    read, or a folder on the artifact's path is a file), naming the real
+    cause; None where it can.
+
+    The program runs all the same, every call on jit's path: with the
+    recording unread, nothing tells whether an artifact describes the
+    project, nor can a build stage it. ``ppy build`` and ``ppy record``
+    stop on the same error instead, since they cannot do their work."""
+    recording = config.files().recording
+    if recording.error is not None:
+        # Here for start-up speed: only a recording that could not be read
+        # imports its reader.
+        from ppy.record.signatures import unreadable
+
+        return unreadable(recording)
+    return not_a_folder(config.artifact)
 
 
 def _read(config: Config) -> Artifact | None:

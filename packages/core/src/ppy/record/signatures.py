@@ -12,6 +12,7 @@ wrong (exit 2). Nothing in it is executed.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ppy.errors import ConfigError
+from ppy.layout import not_a_folder
 from ppy.record.format import (
     ARRAY,
     CLOSURE,
@@ -45,7 +47,7 @@ from ppy.record.format import (
 from ppy.record.generalise import generalise
 from ppy.snapshot import Recording, read_file
 
-__all__ = ["read_signatures", "recorded", "signatures_path", "write_signatures"]
+__all__ = ["read_signatures", "recorded", "signatures_path", "unreadable", "write_signatures"]
 
 
 def signatures_path(root: Path) -> Path:
@@ -76,13 +78,9 @@ def recorded(recording: Recording) -> Signatures | None:
     ``Infinity``, ``1e999``) are refused where they are: no static value ppy
     stages is one."""
     path, data = recording.path, recording.data
-    if recording.error is not None:
-        error = recording.error
-        raise ConfigError(
-            f"cannot read it: {error.strerror or error}",
-            path=str(path),
-            remedy="make it a readable file, or remove it and record again with `ppy record`",
-        ) from None
+    problem = unreadable(recording)
+    if problem is not None:
+        raise problem from None
     if data is None:
         return None
     if len(data) > MAX_BYTES:
@@ -103,6 +101,25 @@ def recorded(recording: Recording) -> Signatures | None:
     except RecursionError:
         raise _bad(path, 1, "it nests too deeply") from None
     return _Checker(path, text).signatures(document)
+
+
+def unreadable(recording: Recording) -> ConfigError | None:
+    """Why a recording that is there could not be read, naming the real cause:
+    where a folder on its path is a file (``.ppy`` made a file), that folder,
+    not the file that was asked for; None where it was read or is not there.
+    ``recorded`` raises it; ``ppy run`` warns with it and runs the program
+    on jit's path."""
+    error = recording.error
+    if error is None:
+        return None
+    blocked = not_a_folder(recording.path) if error.errno == errno.ENOTDIR else None
+    if blocked is not None:
+        return blocked
+    return ConfigError(
+        f"cannot read it: {error.strerror or error}",
+        path=str(recording.path),
+        remedy="make it a readable file, or remove it and record again with `ppy record`",
+    )
 
 
 class _NonFinite(ValueError):
