@@ -16,6 +16,7 @@ from pathlib import Path
 
 from tests.conftest import PERMISSIONS, run_ppy
 from tests.support.differential import differential
+from tests.support.events import json_events
 
 #: One jitted function per way jit lets a program call one.
 CONVENTIONS = """
@@ -100,6 +101,14 @@ def keyword_only(x, *, scale, mode="sum"):
     return jnp.sum(x * scale) if mode == "sum" else jnp.max(x * scale)
 
 
+class Shapeless:
+    # An input whose shape raises: jit refuses it with a TypeError.
+
+    @property
+    def shape(self):
+        raise RuntimeError("no shape")
+
+
 def main(factor):
     offset = jnp.full(4, factor)
 
@@ -126,6 +135,10 @@ def main(factor):
         print(Net.forward(x, y), Net().forward(x, y))
         print(keyword_only(x, scale=2.0), keyword_only(x, scale=2.0, mode="max"))
         print(live_default(x), live_default(x, n=2))
+    try:
+        positional(x, Shapeless())
+    except TypeError as error:
+        print("TypeError:", "abstract array" in str(error))
 
 
 if __name__ == "__main__":
@@ -152,12 +165,16 @@ STAGED = {
 
 
 def test_every_calling_convention_is_recorded_and_run_as_python_runs_it(tmp_path: Path) -> None:
-    """``ppy record`` prints python's output, exit status and stderr; each
+    """``ppy record`` prints python's output, exit status and stderr (less
+    its own JSON events); each
     function is staged for every call its export can take, under ``ppy run``
     cold and warm. A static parameter left to its default is a variant keyed
     by that default (it crashed the recording); a traced one left to its
     default, in a call the export was not made for, takes jit's path and
-    says so; ``*args`` and ``**kwargs`` stay jit's with the reason."""
+    says so; ``*args`` and ``**kwargs`` stay jit's with the reason. An input
+    that raises where the recording looks at it (it crashed the recording)
+    is left out of the file with ``record.skipped``, and jit raises what it
+    raises under python."""
     root = tmp_path / "project"
     root.mkdir()
     (root / "model.ppy").write_text(textwrap.dedent(CONVENTIONS).lstrip())
@@ -172,12 +189,12 @@ def test_every_calling_convention_is_recorded_and_run_as_python_runs_it(tmp_path
         timeout=300,
         check=False,
     )
-    recorded = run_ppy("record", "model.ppy", cwd=root, env=env)
-    assert (recorded.stdout, recorded.stderr, recorded.returncode) == (
-        plain.stdout,
-        plain.stderr,
-        plain.returncode,
-    )
+    recorded = run_ppy("--log-format", "json", "record", "model.ppy", cwd=root, env=env)
+    assert (recorded.stdout, recorded.returncode) == (plain.stdout, plain.returncode)
+    assert "".join(_program_lines(recorded.stderr)) == plain.stderr
+    (skipped,) = json_events(recorded.stderr, "record.skipped")
+    assert skipped["function"] == "positional", skipped
+    assert "an input ppy could not read (RuntimeError: no shape)" in str(skipped["reason"])
     built = run_ppy("build", cwd=root, env=env)
     assert built.returncode == 0, built.stdout + built.stderr
     assert "staged 13 of 15" in built.stdout, built.stdout
@@ -189,5 +206,11 @@ def test_every_calling_convention_is_recorded_and_run_as_python_runs_it(tmp_path
         )
     compared = differential(root, cache=tmp_path / "cache", build=False)
     assert {name: compared.staged_calls(name) for name in STAGED} == STAGED
-    (fallback,) = {(str(e["function"]), str(e["reason"])) for e in compared.fallbacks()}
-    assert fallback == ("traced_default", "y left to its default, which the export does not take")
+    fallbacks = {(str(e["function"]), str(e["reason"])) for e in compared.fallbacks()}
+    assert ("traced_default", "y left to its default, which the export does not take") in fallbacks
+    assert {name for name, _ in fallbacks} == {"traced_default", "positional"}, fallbacks
+
+
+def _program_lines(stderr: str) -> list[str]:
+    """``stderr`` without ppy's JSON events: what the program wrote."""
+    return [line for line in stderr.splitlines(keepends=True) if not line.startswith("{")]

@@ -295,15 +295,24 @@ class _Notes:
         left = {n: v for n, v in self.defaults.items() if n not in kwargs and n not in passed}
         if left:
             kwargs = {**kwargs, **left}
-        if self.live is not None:
-            self.live.note(self.positional, args, kwargs)
         try:
+            if self.live is not None:
+                self.live.note(self.positional, args, kwargs)
             inputs = _inputs(self.positional, self.static, self._main, args, kwargs)
             if self._made is not None:
                 inputs.update(_closure(self._made, self._main))
             self._counter[json.dumps(inputs, sort_keys=True, separators=(",", ":"))] += 1
         except Unrecordable as why:
             self._skipped[(self.name, str(why))] += 1
+        except (Traced, _Traced):
+            raise
+        except Exception as error:  # reading the inputs must not change the call
+            # An input that raises where ppy looks at it (a ``shape`` property
+            # of the program's, a pytree node whose flattening fails): the
+            # call is left out of the file, and jit, called next, meets the
+            # input as under python, raising what python raises.
+            why = f"an input ppy could not read ({type(error).__name__}: {error})"
+            self._skipped[(self.name, why)] += 1
 
 
 class Unrecordable(Exception):
