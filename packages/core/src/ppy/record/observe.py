@@ -311,8 +311,8 @@ class _Notes:
             # of the program's, a pytree node whose flattening fails): the
             # call is left out of the file, and jit, called next, meets the
             # input as under python, raising what python raises.
-            why = f"an input ppy could not read ({type(error).__name__}: {error})"
-            self._skipped[(self.name, why)] += 1
+            unread = f"an input ppy could not read ({type(error).__name__}: {error})"
+            self._skipped[(self.name, unread)] += 1
 
 
 class Unrecordable(Exception):
