@@ -291,7 +291,10 @@ def test_a_missing_file_says_to_build(tmp_path: Path) -> None:
 
 
 def test_a_folder_is_not_an_artifact(tmp_path: Path) -> None:
-    assert "not a file" in str(_refused(tmp_path))
+    """Named as what it is, with a remedy that works: a build replaces only
+    an artifact it wrote, so a rebuild alone would fail on it too."""
+    error = str(_refused(tmp_path))
+    assert "not a file" in error and "remedy: move it away" in error, error
 
 
 def test_a_file_that_is_not_a_zip_is_refused(tmp_path: Path) -> None:

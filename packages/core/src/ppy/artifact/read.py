@@ -545,6 +545,11 @@ def _artifact(r: _Validator, archive: zipfile.ZipFile, member_size_limit: int) -
     )
 
 
+#: What to do where the artifact's path holds a folder, a FIFO or a device:
+#: a build refuses to replace what it did not write, so "rebuild" alone fails.
+_NOT_A_FILE = "move it away; `ppy build` then writes the artifact there"
+
+
 def read_artifact(path: Path) -> Artifact:
     """Read and validate the artifact at ``path``."""
     path = Path(path)
@@ -558,13 +563,13 @@ def read_artifact(path: Path) -> Artifact:
     if not path.exists():
         raise ArtifactError("no artifact here", path=where, remedy="build it with `ppy build`")
     if not path.is_file():
-        raise ArtifactError("not a file", path=where)
+        raise ArtifactError("not a file", path=where, remedy=_NOT_A_FILE)
     try:
         fd = os.open(path, os.O_RDONLY | NOFOLLOW)
         with os.fdopen(fd, "rb") as stream:
             status = os.fstat(stream.fileno())
             if not stat.S_ISREG(status.st_mode):
-                raise ArtifactError("not a file", path=where)
+                raise ArtifactError("not a file", path=where, remedy=_NOT_A_FILE)
             size = status.st_size
             if size > ARCHIVE_SIZE_LIMIT:
                 raise ArtifactError(
