@@ -330,6 +330,13 @@ def rows() -> list[Row]:
             1,
             "not waited on; the tools checked again, the artifact served",
         ),
+        Row(
+            "unusable_state",
+            "a FIFO at the build lock when `ppy record`'s program ends",
+            1,
+            "python's output and exit status; `record.write_failed` naming the lock; "
+            "the file as it was",
+        ),
     ]
 
 

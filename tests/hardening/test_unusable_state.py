@@ -9,7 +9,10 @@ python runs.
   not a folder); nothing is bound, every call takes jit's path, and nothing
   waits on a FIFO;
 - a FIFO at the tools check's stamp beside the artifact: not waited on, and
-  the artifact is still served.
+  the artifact is still served;
+- a FIFO at the build lock when ``ppy record``'s program ends: the file
+  cannot be written, which is an error event; the program's output and exit
+  status stand.
 
 Run as root, permissions keep nothing from being read, so a recording
 unreadable by its mode is not tried: it takes the path a FIFO takes (the
@@ -188,3 +191,23 @@ def test_a_fifo_at_the_tools_stamp_is_not_waited_on(built: Built, tmp_path: Path
     assert _rest(ran.stderr) == machine_noise(built.plain.stderr)
     assert [e["function"] for e in json_events(ran.stderr, "run.bind")] == ["double"]
     assert not json_events(ran.stderr, "run.state_unusable")
+
+
+def test_a_recording_that_cannot_be_written_keeps_the_programs_output(
+    built: Built, tmp_path: Path
+) -> None:
+    """``ppy record`` that cannot take the project's lock when the program
+    ends (a FIFO where the lock goes): python's output, exit status and
+    stderr, one ``record.write_failed`` naming the lock, the file as it was
+    and no traceback."""
+    root, env = built.copy(tmp_path)
+    lock = root / ".ppy" / "artifact.ppyz.lock"
+    lock.unlink(missing_ok=True)
+    os.mkfifo(lock)
+    before = (root / ".ppy" / "signatures.json").read_bytes()
+    done = run_ppy("--log-format", "json", "record", "model.ppy", cwd=root, env=env, timeout=LIMIT)
+    assert (done.stdout, done.returncode) == (built.plain.stdout, built.plain.returncode)
+    assert _rest(done.stderr) == machine_noise(built.plain.stderr), done.stderr
+    (failed,) = json_events(done.stderr, "record.write_failed")
+    assert f"{lock}: the build lock is not a regular file" in str(failed["error"]), failed
+    assert (root / ".ppy" / "signatures.json").read_bytes() == before

@@ -22,7 +22,7 @@ from ppy.artifact.entry import Entry
 from ppy.artifact.lock import build_lock
 from ppy.config import Config, config_of
 from ppy.discovery.module import discover_module
-from ppy.errors import UsageError
+from ppy.errors import PpyError, UsageError
 from ppy.layout import module_name
 from ppy.log import get_logger
 from ppy.plugin import CONTRACT, KNOWN_DECORATORS, LiveExporter, LiveRequest, Plugin
@@ -98,7 +98,13 @@ def _ended(
             "digits, _ and -); those calls are not in the file",
             remedy="rename the file",
         )
-    found = _write(recording, earlier, signatures, config.artifact, replace=replace)
+    try:
+        found = _write(recording, earlier, signatures, config.artifact, replace=replace)
+    except (PpyError, OSError) as error:
+        # The program has ended: its output and exit status stand, and the
+        # file as it was is left alone.
+        log.error("record.write_failed", path=str(target), error=str(error))
+        return
     if exported is not None:
         try:
             with build_lock(config.artifact):
