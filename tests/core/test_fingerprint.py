@@ -9,6 +9,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from ppy.kinds.fingerprint import Unreadable, fingerprint, resolve
 
 from tests.conftest import models
@@ -409,3 +411,27 @@ def test_the_allow_list_is_the_one_the_docs_give() -> None:
     section = page.split("## What a fingerprint compares", 1)[1].split("\n## ", 1)[0]
     rows = [line[2:].split(" | ")[0] for line in section.splitlines() if line.startswith("| ")]
     assert rows[2:] == [kind.name for kind in KINDS]  # after the header and its rule
+
+
+_ATTRIBUTES = st.dictionaries(
+    st.from_regex(r"[a-z][a-z0-9_]{0,7}", fullmatch=True),
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8)),
+    max_size=6,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_ATTRIBUTES, _ATTRIBUTES)
+def test_classes_and_instances_compare_equal_exactly_where_their_attributes_do(
+    one: dict[str, object], other: dict[str, object]
+) -> None:
+    """A class of the program made of either set of attributes, and an
+    instance holding them, has the other's fingerprint only where every
+    attribute's value does (-0.0 and nan included: compared as written)."""
+    same = fingerprint(dict(sorted(one.items()))) == fingerprint(dict(sorted(other.items())))
+    first, second = type("Made", (), dict(one)), type("Made", (), dict(other))
+    assert (fingerprint(first) == fingerprint(second)) == same
+    held, holding = first(), second()
+    vars(held).update(one)
+    vars(holding).update(other)
+    assert (fingerprint(held) == fingerprint(holding)) == same
