@@ -442,15 +442,7 @@ def _judged(jitted: Any, inputs: tuple[Any, ...], built: Any, before: Any) -> st
 
 #: The cases that fail until the named defect is fixed: strict, so a fix
 #: turns them red until the mark goes.
-DEFECTS = {
-    "int4-as-uint4": "an array's dtype is compared by numpy's dtype.str, "
-    "which int4 and uint4 share (<V1)",
-    "weak-to-strong": "an array's weak type is not part of its fingerprint",
-    "weak-to-strong-by-partial": "an array's weak type is not part of its fingerprint",
-    "namedtuple-class-attribute": "a NamedTuple's class attribute is not compared",
-    "nan-of-the-other-sign": "a Python float is compared by its repr, which shows a nan "
-    "of either sign as nan; XLA keeps the sign",
-}
+DEFECTS: dict[str, str] = {}
 
 
 def _cases() -> list[Any]:

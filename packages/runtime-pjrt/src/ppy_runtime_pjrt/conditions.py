@@ -117,6 +117,11 @@ class Conditions:
                 return Fallback("captured", f"{capture.name} is gone from the program")
             except Unreadable as error:
                 return Fallback("captured", f"{capture.name} cannot be compared now: {error}")
+            except Exception as error:  # the program's own code raised as it was read
+                return Fallback(
+                    "captured",
+                    f"{capture.name} cannot be read now: {type(error).__name__}: {error}",
+                )
             if now != capture.fingerprint:
                 return Fallback(
                     "captured",

@@ -91,6 +91,7 @@ import functools
 import hashlib
 import importlib.machinery
 import os
+import struct
 import sys
 import sysconfig
 import types
@@ -264,6 +265,11 @@ class _Writer:
 
     def plain(self, value: Any, depth: int) -> None:
         self.text(type(value).__name__, repr(value))
+        if isinstance(value, float | complex):
+            # Its bits too: ``repr`` shows a nan of either sign (and of any
+            # payload) as ``nan``, and XLA computes with the sign.
+            parts = (value.real, value.imag) if isinstance(value, complex) else (value,)
+            self.text(*(struct.pack("<d", part).hex() for part in parts))
 
     def member(self, value: enum.Enum, depth: int) -> None:
         self.text("enum", self.name(type(value)), value.name)
@@ -835,7 +841,7 @@ def resolve(start: Any, path: tuple[str, ...]) -> Any:
         if step == BOUND:
             current = bound_values(current)
             continue
-        if isinstance(current, tuple):
+        if type(current) is tuple:  # defaults, bound values; a NamedTuple's steps are names
             current = current[int(step)]
             continue
         if isinstance(current, _Closure):
