@@ -51,16 +51,16 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ppy.kinds.fingerprint import (  # _layers: the partials bound_values reads
+from ppy.kinds.fingerprint import (
     BOUND,
     CLOSURE,
     DEFAULTS,
     Unreadable,
-    _layers,
     bound_values,
     closure,
     defaults,
     fingerprint,
+    layers,
     python_function,
     traced_function,
 )
@@ -413,7 +413,7 @@ def _bound_parameters(fn: Any, function: types.FunctionType) -> dict[int, str]:
     code = function.__code__
     positional = code.co_varnames[: code.co_argcount]
     named = set(code.co_varnames[: code.co_argcount + code.co_kwonlyargcount])
-    partials = [layer for layer in _layers(fn) if isinstance(layer, functools.partial)]
+    partials = [layer for layer in layers(fn) if isinstance(layer, functools.partial)]
     taken = 0
     starts: dict[int, int] = {}
     for layer in reversed(partials):  # the innermost binds first

@@ -112,6 +112,7 @@ __all__ = [
     "defaults",
     "fingerprint",
     "bound_values",
+    "layers",
     "closure",
     "python_function",
     "resolve",
@@ -713,7 +714,7 @@ def traced_function(value: Any) -> types.FunctionType | None:
     through jax's own transforms (``jax.vmap(g)``, ``jax.grad(g)``), which wrap
     ``g`` with ``functools.wraps``. A wrapper of the program's own is kept:
     its code is part of what is traced."""
-    *_, last = _layers(value)
+    *_, last = layers(value)
     if isinstance(last, types.FunctionType) and not _jax_wrapper(last):
         return last
     return None
@@ -723,13 +724,13 @@ def bound_values(value: Any) -> tuple[Any, ...]:
     """What the partials between a jitted callable and its function bind:
     their positional arguments, then their keywords' values by name."""
     found: list[Any] = []
-    for layer in _layers(value):
+    for layer in layers(value):
         if isinstance(layer, functools.partial):
             found += [*layer.args, *(layer.keywords[k] for k in sorted(layer.keywords))]
     return tuple(found)
 
 
-def _layers(value: Any) -> Iterator[Any]:
+def layers(value: Any) -> Iterator[Any]:
     """Each callable from a jitted one in to the function it traces: through
     what ``ppy run`` bound, partials and ``__wrapped__``, to the first
     function that is not jax's own wrapper (the last one yielded)."""
