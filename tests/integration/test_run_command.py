@@ -188,8 +188,8 @@ RUN_IMPORTS = {
     "ppy": "_hook artifact artifact.entry artifact.model artifact.payload "
     "artifact.read cache cli cli.main commands commands.run config decision discovery "
     "discovery.names errors kinds kinds.base kinds.dispatch kinds.fingerprint "
-    "kinds.jax_compat kinds.jax_export kinds.jax_programs kinds.keys kinds.linearized kinds.pytrees kinds.statics "
-    "kinds.trace_config "
+    "kinds.jax_compat kinds.jax_export kinds.jax_programs kinds.keys kinds.linearized "
+    "kinds.pytrees kinds.statics kinds.trace_config "
     "kinds.tracers layout log "
     "registry request run run.binding run.collector run.import_hooks run.made run.program "
     "run.shadow runtime snapshot spec warm warm.client warm.protocol",
