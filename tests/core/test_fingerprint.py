@@ -435,3 +435,26 @@ def test_classes_and_instances_compare_equal_exactly_where_their_attributes_do(
     vars(held).update(one)
     vars(holding).update(other)
     assert (fingerprint(held) == fingerprint(holding)) == same
+
+
+def test_a_bound_method_of_a_wrapped_function_is_compared_with_what_it_is_bound_to() -> None:
+    """flax's ``model.apply``: the method reads ``__wrapped__`` through to its
+    function's, and the module it is bound to holds the configuration."""
+
+    def decorated(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def inner(*args: Any) -> Any:
+            return fn(*args)
+
+        return inner
+
+    @dataclasses.dataclass
+    class Model:
+        scale: float
+
+        @decorated
+        def apply(self, x: float) -> float:
+            return x * self.scale
+
+    assert fingerprint(Model(1.0).apply) == fingerprint(Model(1.0).apply)
+    assert fingerprint(Model(1.0).apply) != fingerprint(Model(3.0).apply)

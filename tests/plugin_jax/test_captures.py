@@ -368,7 +368,8 @@ def _seen(fn: Any, root: Path, owner: Any, name: str, value: Any) -> set[str]:
     followed from ``fn`` and fingerprinted again), once ``owner.name`` is
     ``value``: the names of the captures whose fingerprint differs."""
     found = captures(fn, root=str(root), limit=LIMIT, flatten=jax.tree_util.tree_flatten)
-    kept = getattr(owner, name)
+    # From a class, as it holds it: a staticmethod, not the function it gives.
+    kept = vars(owner)[name] if isinstance(owner, type) else getattr(owner, name)
     setattr(owner, name, value)
     try:
         now = {

@@ -22,7 +22,8 @@ the order they are tried:
 kind                      what is compared
 ========================  =====================================================
 plain value               None, bool, int, float, complex, str, bytes: its
-                          type and ``repr`` (-0.0 is not 0.0; ``1`` not ``True``)
+                          type and ``repr`` (-0.0 is not 0.0; ``1`` not
+                          ``True``), and a float's bits (a nan's sign)
 enum member               its class's name and the member's name
 array                     dtype by *name* (int4 is not uint4, though numpy
                           writes both ``<V1``), weak type, shape, every byte,
@@ -43,9 +44,9 @@ list, tuple, namedtuple   its type and items; a namedtuple's class as below
 dict                      its items in order
 set, frozenset            its items' fingerprints, sorted
 dtype                     its name and numpy's code for it
-jitted or wrapped         the Python function inside (``python_function``)
 built-in or method        its name and what it is bound to; a method's
                           function too
+jitted or wrapped         the Python function inside (``python_function``)
 mapping                   its items in key order (``os.environ``)
 dataclass instance        its fields, every other attribute it holds, its class
 jax tree structure        each node's class, metadata and children
@@ -985,12 +986,14 @@ KINDS: tuple[Kind, ...] = (
     _row("dict", lambda v: type(v) is dict, _Writer.dictionary),
     _row("set, frozenset", lambda v: type(v) in (set, frozenset), _Writer.collection),
     _row("dtype", _is_dtype, _Writer.dtype),
-    _row("jitted or wrapped function", _is_wrapper, _Writer.wraps, by_type=False),
+    # Before what wraps: a bound method reads ``__wrapped__`` through to its
+    # function's (flax's ``Module.apply``), and what it is bound to counts.
     _row(
         "built-in or method",
         lambda v: isinstance(v, types.BuiltinFunctionType | types.MethodType),
         _Writer.bound,
     ),
+    _row("jitted or wrapped function", _is_wrapper, _Writer.wraps, by_type=False),
     _row("mapping", lambda v: isinstance(v, Mapping), _Writer.other_mapping),
     _row("dataclass instance", dataclasses.is_dataclass, _Writer.dataclass),
     _row("jax tree structure", _is_treedef, _Writer.treedef),
