@@ -552,13 +552,13 @@ def _placement(value: Any) -> str:
     )
 
 
-#: Where installed libraries and Python's own modules live.
-_LIBRARIES = tuple(
-    os.path.join(os.path.realpath(path), "")
-    for path in {
-        sysconfig.get_paths()[key] for key in ("purelib", "platlib", "stdlib", "platstdlib")
-    }
-)
+@functools.cache
+def _libraries() -> tuple[str, ...]:
+    """Where installed libraries and Python's own modules live; asked when a
+    class is first compared, not as ``ppy run`` imports this module."""
+    paths = sysconfig.get_paths()
+    keys = ("purelib", "platlib", "stdlib", "platstdlib")
+    return tuple(sorted({os.path.join(os.path.realpath(paths[key]), "") for key in keys}))
 
 
 @functools.cache
@@ -580,7 +580,7 @@ def _installed_module(name: str) -> bool:
     if spec is not None and spec.origin in ("built-in", "frozen"):
         return True
     path = getattr(module, "__file__", None)
-    return not isinstance(path, str) or os.path.realpath(path).startswith(_LIBRARIES)
+    return not isinstance(path, str) or os.path.realpath(path).startswith(_libraries())
 
 
 def _installed(kind: type) -> bool:
