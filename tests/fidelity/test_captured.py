@@ -375,8 +375,10 @@ def test_classes_instances_and_weak_scalars_set_under_the_main_guard(tmp_path: P
     """What the build cannot see, as a user writes it: a class's data read
     through a classmethod (``cls.scale``), a class's callable
     (``act = staticmethod(jnp.tanh)``) replaced, an attribute set on a
-    dataclass instance after it was made, and a scalar weakly typed at build
-    and strongly typed in the run (``x_bf16 * s`` then computes in float32).
+    dataclass instance after it was made, a scalar weakly typed at build
+    and strongly typed in the run (``x_bf16 * s`` then computes in float32),
+    a NamedTuple's class attribute, int4 codes read as uint4 (numpy writes
+    both ``<V1``) and a nan of the other sign (``repr`` shows both ``nan``).
     Unchanged, each is served staged; changed, python and ppy print the
     same, each function falling back and naming what it read."""
     root = project(
@@ -386,6 +388,9 @@ def test_classes_instances_and_weak_scalars_set_under_the_main_guard(tmp_path: P
             + """
 import dataclasses
 import sys
+from typing import NamedTuple
+
+import numpy as np
 
 class Config:
     scale = 1.0
@@ -410,6 +415,15 @@ class Options:
 OPTIONS = Options()
 S = jnp.asarray(2.0)
 
+class Pair(NamedTuple):
+    a: float
+    b: float
+    gain = 1.0
+
+PAIR = Pair(1.0, 2.0)
+CODES = np.array([-1, 2], dtype=jnp.int4)
+NAN = float("nan")
+
 @jax.jit
 def by_class(x: Batch) -> jax.Array:
     return x.sum(axis=-1) * Config.factor()
@@ -426,26 +440,44 @@ def by_instance(x: Batch) -> jax.Array:
 def by_weak(x: Batch) -> jax.Array:
     return x.astype(jnp.bfloat16).sum(axis=-1) * S
 
+@jax.jit
+def by_namedtuple(x: Batch) -> jax.Array:
+    return x.sum(axis=-1) * PAIR.a * PAIR.gain
+
+@jax.jit
+def by_codes(x: Batch) -> jax.Array:
+    return x.sum(axis=-1) * CODES.astype(jnp.float32).sum()
+
+@jax.jit
+def by_nan(x: Batch) -> jax.Array:
+    return x.sum(axis=-1) * jnp.copysign(1.0, NAN)
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["set"]:
         Config.scale = 3.0
         Layer.act = staticmethod(jnp.sin)
         OPTIONS.boost = 5.0
         S = jnp.float32(2.0)
-    x = jnp.linspace(-1.0, 1.0, 8, dtype=jnp.float32).reshape(2, 4)
+        Pair.gain = 4.0
+        CODES = CODES.view(jnp.uint4)
+        NAN = -NAN
+    x = jnp.linspace(-1.0, 1.0, 8, dtype=jnp.float32).reshape(2, 4) + 0.5
     print(by_class(x), by_callable(x), by_instance(x))
+    print(by_namedtuple(x), by_codes(x), by_nan(x))
     print(by_weak(x).dtype, by_weak(x))
 """
         },
     )
     _build(root, tmp_path / "c")
     functions = ("by_class", "by_callable", "by_instance", "by_weak")
+    functions += ("by_namedtuple", "by_codes", "by_nan")
     same = differential(root, cache=tmp_path / "c", build=False)
-    assert [same.staged_calls(name) for name in functions] == [1, 1, 1, 2]
+    assert [same.staged_calls(name) for name in functions] == [1, 1, 1, 2, 1, 1, 1]
     assert not same.fallbacks()
     changed = differential(root, "set", cache=tmp_path / "c", build=False)
     assert "float32" in changed.python.stdout
     reasons = {str(f["function"]): str(f["reason"]) for f in changed.fallbacks()}
     assert set(reasons) == set(functions), reasons
-    for name, read in zip(functions, ("Config", "LAYER", "OPTIONS", "model.S"), strict=True):
+    read_by = ("Config", "LAYER", "OPTIONS", "model.S", "PAIR", "model.CODES", "model.NAN")
+    for name, read in zip(functions, read_by, strict=True):
         assert read in reasons[name], reasons[name]

@@ -18,8 +18,8 @@ for bit; otherwise the check must name why it takes jit's path. Each case
 also makes one change known to alter jit's output (its witness), which must
 take jit's path: that shows the trace reads the place.
 
-One end-to-end run (``test_the_in_process_verdict_is_the_run_s``) records,
-builds and runs the same program with one change made by its main guard, and
+One end-to-end run (``test_mutations_run.py``, on one Python) records,
+builds and runs a program with one change made by its main guard, and
 compares it with python, as ``ppy run`` is compared everywhere else.
 
 Everything runs in one process, without a build per change: the file takes
@@ -29,7 +29,6 @@ seconds. ``test_every_access_path_is_covered`` prints the paths covered
 
 from __future__ import annotations
 
-import os
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
@@ -45,10 +44,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from tests.conftest import run_ppy, write_project
 from tests.record import test_live
 from tests.support import mutations
-from tests.support.differential import differential
 from tests.support.mutations import (
     FAMILIES,
     NEGATIVE_NAN,
@@ -514,79 +511,6 @@ def test_every_access_path_is_covered() -> None:
         print(f"  {family:<{width}}  {', '.join(covered[family]) or '-'}")
     assert all(covered.values()), [f for f, names in covered.items() if not names]
     assert {f for case in CASES.values() for f in case.families} <= set(FAMILIES)
-
-
-#: A program recorded, built and run for real: the main guard changes the
-#: class attribute a classmethod reads where ``MUTATION`` says so.
-RECORDED = """
-import os
-
-import jax
-import jax.numpy as jnp
-
-SCALE = 2.0
-
-
-class Config:
-    scale = 2.0
-    act = staticmethod(jnp.tanh)
-
-    @classmethod
-    def apply(cls, x):
-        return cls.act(x) * cls.scale
-
-
-@jax.jit
-def by_global(x):
-    return x * SCALE
-
-
-@jax.jit
-def by_classmethod(x):
-    return Config.apply(x)
-
-
-if __name__ == "__main__":
-    if os.environ.get("MUTATION") == "class":
-        Config.scale = 3.0
-    for n in range(3):
-        x = jnp.arange(4.0) + n
-        print(by_global(x), by_classmethod(x))
-"""
-
-
-@pytest.mark.slow
-def test_the_in_process_verdict_is_the_run_s(tmp_path: Path) -> None:
-    """The program recorded as written, built, and run with ``Config.scale``
-    set under the main guard: ``ppy run`` prints what python prints, takes
-    jit's path for the classmethod's calls naming the value, and serves the
-    other function's; in one process, the harness's check says the same."""
-    root = write_project(tmp_path / "project", {"model.ppy": RECORDED})
-    cache = tmp_path / "cache"
-    environ = {**os.environ, "PPY_CACHE_DIR": str(cache)}
-    recorded = run_ppy("record", "model.ppy", cwd=root, env=environ)
-    assert recorded.returncode == 0, recorded.stderr
-    compared = differential(root, cache=cache, env={"MUTATION": "class"})
-    assert compared.staged_calls("by_global") == 3
-    assert compared.staged_calls("by_classmethod") == 0
-    reasons = {str(e["reason"]) for e in compared.fallbacks() if e["function"] == "by_classmethod"}
-    assert reasons and all("not the value the build traced with" in r for r in reasons), reasons
-
-    imported = tmp_path / "imported"
-    imported.mkdir()
-    (imported / "mutations_recorded.py").write_text(textwrap.dedent(RECORDED).lstrip())
-    sys.path.insert(0, str(imported))
-    try:
-        import mutations_recorded  # type: ignore[import-not-found]  # written above
-
-        jitted = mutations_recorded.by_classmethod
-        built = mutations.build(jitted, str(imported))
-        assert not isinstance(built, str), built
-        mutations_recorded.Config.scale = 3.0
-        assert verdict(jitted, built) is not None
-    finally:
-        sys.path.remove(str(imported))
-        sys.modules.pop("mutations_recorded", None)
 
 
 FOREIGN = Path(__file__).parent / "foreign"
