@@ -115,7 +115,6 @@ LONGEST_FIRST = (
     "tests/record/test_conventions.py",
     "tests/hardening/test_unusable_state.py",
     "tests/record/test_weak_types.py",
-    "tests/record/test_mutations_run.py",
     "tests/warm/test_runs.py",
     "tests/fidelity/test_parameter_order.py",
     "tests/fidelity/test_paths.py",

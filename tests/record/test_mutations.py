@@ -18,9 +18,13 @@ for bit; otherwise the check must name why it takes jit's path. Each case
 also makes one change known to alter jit's output (its witness), which must
 take jit's path: that shows the trace reads the place.
 
-One end-to-end run (``test_mutations_run.py``, on one Python) records,
-builds and runs a program with one change made by its main guard, and
-compares it with python, as ``ppy run`` is compared everywhere else.
+The same changes made for real, between a recording and its run, are
+``test_live.py``'s
+``test_what_a_trace_reads_through_classes_closures_and_partials_is_compared``
+and ``fidelity/test_captured.py``'s
+``test_classes_instances_and_weak_scalars_set_under_the_main_guard``: there
+``ppy run`` prints what python prints, cold and warm, taking jit's path with
+the reason this check gives.
 
 Everything runs in one process, without a build per change: the file takes
 seconds. ``test_every_access_path_is_covered`` prints the paths covered
